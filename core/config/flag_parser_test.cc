@@ -1,0 +1,115 @@
+#include "core/config/flag_parser.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+using namespace std::chrono_literals;
+using konn::core::config::Duration;
+using konn::core::config::FlagParser;
+
+namespace {
+
+struct Opts {
+  std::string mode = "grpc";
+  int port = 8090;
+  bool del = true;
+  Duration keepalive = 1h;
+  std::vector<std::string> strategies{"default"};
+};
+
+FlagParser::Result run(Opts& o, std::vector<std::string> args) {
+  FlagParser p("prog", "test");
+  p.add("mode", &o.mode, "mode");
+  p.add("server-port,p", &o.port, "port");
+  p.add("delete-existing-uds-file", &o.del, "delete");
+  p.add("keepalive-time", &o.keepalive, "keepalive");
+  p.add("proxy-strategies", &o.strategies, "strategies");
+  p.add_ignored("warn-on-channel-limit", "deprecated");
+  std::vector<const char*> argv{"prog"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  return p.parse(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+TEST_CASE("defaults stay when no flag is given", "[config]") {
+  Opts o;
+  auto r = run(o, {});
+  CHECK(r.errors.empty());
+  CHECK(o.mode == "grpc");
+  CHECK(o.port == 8090);
+  CHECK(o.del);
+  CHECK(o.keepalive == 1h);
+}
+
+TEST_CASE("pflag-style values are accepted", "[config]") {
+  Opts o;
+  auto r = run(o, {"--mode=http-connect", "--server-port", "0", "--delete-existing-uds-file=false",
+                   "--keepalive-time=30s", "--proxy-strategies=destHost,default",
+                   "--warn-on-channel-limit"});
+  INFO((r.errors.empty() ? "" : r.errors.front()));
+  CHECK(r.errors.empty());
+  CHECK(o.mode == "http-connect");
+  CHECK(o.port == 0);
+  CHECK_FALSE(o.del);
+  CHECK(o.keepalive == 30s);
+  CHECK(o.strategies == std::vector<std::string>{"destHost", "default"});
+}
+
+TEST_CASE("a bare boolean flag means true; a short alias works", "[config]") {
+  Opts o;
+  o.del = false;
+  auto r = run(o, {"--delete-existing-uds-file", "-p", "9000"});
+  CHECK(r.errors.empty());
+  CHECK(o.del);
+  CHECK(o.port == 9000);
+}
+
+TEST_CASE("every bad value is reported at once, naming its flag", "[config]") {
+  Opts o;
+  auto r = run(o, {"--server-port=eighty", "--keepalive-time=5", "--delete-existing-uds-file=maybe",
+                   "--no-such-flag=1"});
+  REQUIRE(r.errors.size() == 4);
+  auto reported = [&](const std::string& flag) {
+    for (const auto& e : r.errors) {
+      if (e.find(flag) != std::string::npos) return true;
+    }
+    return false;
+  };
+  CHECK(reported("--server-port: invalid integer"));
+  CHECK(reported("--keepalive-time: invalid duration"));
+  CHECK(reported("--delete-existing-uds-file: invalid boolean"));
+  CHECK(reported("no-such-flag"));
+}
+
+TEST_CASE("a YAML file supplies values; the command line wins", "[config]") {
+  std::string path = "flag_parser_test_" + std::to_string(::getpid()) + ".yaml";
+  {
+    std::ofstream f(path);
+    f << "mode: http-connect\nserver-port: 9999\nkeepalive-time: 2m\n"
+         "proxy-strategies: [destHost, defaultRoute]\n";
+  }
+  Opts o;
+  auto r = run(o, {"--config=" + path, "--server-port=7000"});
+  std::remove(path.c_str());
+  INFO((r.errors.empty() ? "" : r.errors.front()));
+  CHECK(r.errors.empty());
+  CHECK(o.mode == "http-connect");
+  CHECK(o.port == 7000);
+  CHECK(o.keepalive == 2min);
+  CHECK(o.strategies == std::vector<std::string>{"destHost", "defaultRoute"});
+}
+
+TEST_CASE("--help asks to print usage and exit", "[config]") {
+  Opts o;
+  auto r = run(o, {"--help"});
+  CHECK(r.exit_now);
+  CHECK(r.output.find("--uds-name") == std::string::npos);
+  CHECK(r.output.find("--keepalive-time") != std::string::npos);
+}

@@ -1,0 +1,117 @@
+#include "core/tunnel/packet.h"
+
+namespace konn::core::tunnel {
+
+Packet make_dial_request(const std::string& address, int64_t random, const std::string& protocol) {
+  Packet p;
+  p.set_type(DIAL_REQ);
+  auto* d = p.mutable_dialrequest();
+  d->set_protocol(protocol);
+  d->set_address(address);
+  d->set_random(random);
+  return p;
+}
+
+Packet make_dial_response(int64_t random, int64_t connect_id, const std::string& error) {
+  Packet p;
+  p.set_type(DIAL_RSP);
+  auto* d = p.mutable_dialresponse();
+  d->set_random(random);
+  d->set_connectid(connect_id);
+  d->set_error(error);
+  return p;
+}
+
+Packet make_close_request(int64_t connect_id) {
+  Packet p;
+  p.set_type(CLOSE_REQ);
+  p.mutable_closerequest()->set_connectid(connect_id);
+  return p;
+}
+
+Packet make_close_response(int64_t connect_id, const std::string& error) {
+  Packet p;
+  p.set_type(CLOSE_RSP);
+  p.mutable_closeresponse()->set_connectid(connect_id);
+  p.mutable_closeresponse()->set_error(error);
+  return p;
+}
+
+Packet make_data(int64_t connect_id, std::string&& bytes) {
+  Packet p;
+  p.set_type(DATA);
+  p.mutable_data()->set_connectid(connect_id);
+  p.mutable_data()->set_data(std::move(bytes));
+  return p;
+}
+
+Packet make_close_dial(int64_t random) {
+  Packet p;
+  p.set_type(DIAL_CLS);
+  p.mutable_closedial()->set_random(random);
+  return p;
+}
+
+Packet make_drain() {
+  Packet p;
+  p.set_type(DRAIN);
+  p.mutable_drain();
+  return p;
+}
+
+Packet make_window_update(int64_t connect_id, int64_t bytes) {
+  Packet p;
+  p.set_type(KONN_WINDOW_UPDATE);
+  p.mutable_windowupdate()->set_connectid(connect_id);
+  p.mutable_windowupdate()->set_bytes(bytes);
+  return p;
+}
+
+size_t data_size(const Packet& p) {
+  return p.type() == DATA ? p.data().data().size() : 0;
+}
+
+std::string type_name(int type) {
+  if (PacketType_IsValid(type)) return PacketType_Name(static_cast<PacketType>(type));
+  return "UNKNOWN(" + std::to_string(type) + ")";
+}
+
+std::string describe(const Packet& p) {
+  std::string out = type_name(p.type());
+  switch (p.type()) {
+    case DIAL_REQ:
+      out += " random=" + std::to_string(p.dialrequest().random()) + " address=" +
+             p.dialrequest().address() + " protocol=" + p.dialrequest().protocol();
+      break;
+    case DIAL_RSP:
+      out += " random=" + std::to_string(p.dialresponse().random()) +
+             " connectID=" + std::to_string(p.dialresponse().connectid());
+      if (!p.dialresponse().error().empty()) out += " error=\"" + p.dialresponse().error() + "\"";
+      break;
+    case CLOSE_REQ:
+      out += " connectID=" + std::to_string(p.closerequest().connectid());
+      break;
+    case CLOSE_RSP:
+      out += " connectID=" + std::to_string(p.closeresponse().connectid());
+      if (!p.closeresponse().error().empty()) {
+        out += " error=\"" + p.closeresponse().error() + "\"";
+      }
+      break;
+    case DATA:
+      out += " connectID=" + std::to_string(p.data().connectid()) +
+             " bytes=" + std::to_string(p.data().data().size());
+      break;
+    case DIAL_CLS:
+      out += " random=" + std::to_string(p.closedial().random());
+      break;
+    case KONN_WINDOW_UPDATE:
+      out += " connectID=" + std::to_string(p.windowupdate().connectid()) +
+             " bytes=" + std::to_string(p.windowupdate().bytes());
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+}  // namespace konn::core::tunnel

@@ -1,0 +1,43 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "konnectivity/client.pb.h"
+
+namespace konn::core::tunnel {
+
+// Sizes shared by server and agent.
+inline constexpr size_t kReadChunk = 256 * 1024;       // one socket read, one DATA packet
+inline constexpr size_t kCoalesceLimit = 1024 * 1024;  // merged pending DATA stays below this
+inline constexpr size_t kSmallRead = 32 * 1024;        // reads below this get a right-sized copy
+
+// gRPC metadata announcing konn's per-tunnel credit extension (KONN_WINDOW_UPDATE). A peer that
+// did not send it never receives a WindowUpdate, and is never waited on for credit.
+inline constexpr char kFlowControlHeader[] = "konn-flow-control";
+inline constexpr char kFlowControlVersion[] = "1";
+// Bytes a sender may have unacknowledged per tunnel and direction when flow control is on.
+inline constexpr int64_t kTunnelWindow = 8 * 1024 * 1024;
+// The receiver returns credit once this much was consumed, not per packet.
+inline constexpr int64_t kWindowUpdateThreshold = kTunnelWindow / 4;
+
+Packet make_dial_request(const std::string& address, int64_t random,
+                         const std::string& protocol = "tcp");
+Packet make_dial_response(int64_t random, int64_t connect_id, const std::string& error = {});
+Packet make_close_request(int64_t connect_id);
+Packet make_close_response(int64_t connect_id, const std::string& error = {});
+Packet make_data(int64_t connect_id, std::string&& bytes);
+Packet make_close_dial(int64_t random);
+Packet make_drain();
+Packet make_window_update(int64_t connect_id, int64_t bytes);
+
+// Payload bytes of a DATA packet (0 for anything else).
+size_t data_size(const Packet& p);
+
+// One-line description for logs: type and ids, never payload bytes.
+std::string describe(const Packet& p);
+
+// The enum name ("DIAL_REQ", ...) or "UNKNOWN(n)"; also the metric label value.
+std::string type_name(int type);
+
+}  // namespace konn::core::tunnel

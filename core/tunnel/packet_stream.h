@@ -1,0 +1,114 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include <grpcpp/support/status.h>
+#include <grpcpp/support/stub_options.h>
+#include <grpcpp/impl/codegen/call_op_set.h>
+
+#include "core/relay/read_gate.h"
+#include "konnectivity/client.pb.h"
+
+namespace konn::core::tunnel {
+
+// Told when a queued packet has been handed to gRPC (its bytes left our queue), so the tunnel
+// that produced it can resume reading. Called on a gRPC thread, with no lock of the stream held.
+class WriteListener {
+ public:
+  virtual ~WriteListener() = default;
+  virtual void on_written(size_t data_bytes) = 0;
+};
+
+// The transport-independent half of one gRPC bidi stream of Packets (server or client side).
+// It owns the rules every such stream must keep (STYLE rule 7):
+//   - at most one StartWrite outstanding, fed from an outbound queue; the front Packet lives
+//     until OnWriteDone; buffer_hint is set while more output waits; pending DATA for the same
+//     tunnel is merged into one packet (up to kCoalesceLimit);
+//   - at most one StartRead outstanding; the next starts only after on_packet() returned and
+//     while the read gate is open;
+//   - the finish operation (server Finish, client RemoveHold) is issued exactly once, only when
+//     no write is in flight and no Start* call is executing on another thread.
+// All public methods are thread-safe. The reactor calls the handle_* methods from its callbacks.
+//
+// Lifetime: the reactor holds a shared_ptr to itself until OnDone; anyone else keeps a
+// shared_ptr (never a raw pointer), and every method is safe after the stream finished: send()
+// then returns false.
+class PacketStream : public std::enable_shared_from_this<PacketStream> {
+ public:
+  virtual ~PacketStream() = default;
+  PacketStream(const PacketStream&) = delete;
+  PacketStream& operator=(const PacketStream&) = delete;
+
+  // Queues `p` for writing. `listener` (may be null) hears when its DATA bytes left the queue.
+  // Returns false when the stream is closing and the packet was dropped.
+  bool send(Packet&& p, std::shared_ptr<WriteListener> listener = nullptr);
+
+  // Stops accepting packets and ends the stream once queued packets are written. With `abort`,
+  // queued packets are dropped and the call is cancelled at once (a peer that does not read
+  // cannot hold us). The first call's status wins. Idempotent.
+  void close(const grpc::Status& status, bool abort = false);
+
+  // Read-side flow control: a paused stream starts no new read until every reason is cleared.
+  void pause_reading(relay::PauseReason reason);
+  void resume_reading(relay::PauseReason reason);
+
+  bool closing() const;
+  // Bytes of DATA waiting in (or being written from) the outbound queue.
+  size_t queued_bytes() const;
+
+ protected:
+  PacketStream() = default;
+
+  // The reactor plugs these into its callbacks.
+  void handle_write_done(bool ok);
+  void handle_read_done(bool ok);
+  // Starts the first read; later reads follow automatically.
+  void start_reading();
+  // Call from OnDone, before dropping the self reference.
+  void mark_done();
+
+  // Implemented by the reactor; called with no lock held, never after the finish operation.
+  virtual void start_write_op(const Packet* p, grpc::WriteOptions opts) = 0;
+  virtual void start_read_op(Packet* p) = 0;
+  virtual void start_finish_op(const grpc::Status& status) = 0;
+  virtual void cancel_op() = 0;
+  // A packet arrived. Runs on a gRPC thread; reads are serialized, so at most one runs at a time
+  // for this stream. It may call send() or close() on this or other streams.
+  virtual void on_packet(Packet&& p) = 0;
+  // The read side ended: the peer finished or the stream broke (`ok` false means broken).
+  virtual void on_read_end() = 0;
+
+ private:
+  struct Item {
+    Packet packet;
+    std::shared_ptr<WriteListener> listener;
+    size_t bytes = 0;
+  };
+  enum class Action { None, Write, Finish };
+
+  // Decides, under the lock, what to start next; the caller performs it unlocked.
+  Action next_action_locked(const Packet** write, grpc::WriteOptions* opts);
+  void run(Action a, const Packet* write, grpc::WriteOptions opts);
+  void maybe_start_read();
+
+  mutable std::mutex mu_;
+  std::deque<Item> queue_;  // front is being written while writing_
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool reading_ = false;
+  bool read_ended_ = false;
+  bool read_started_ = false;
+  relay::ReadGate gate_;
+  bool closing_ = false;
+  bool aborted_ = false;
+  bool finished_ = false;  // finish op issued
+  bool done_ = false;      // OnDone ran
+  int starting_ = 0;       // Start*/cancel calls executing outside the lock
+  grpc::Status status_;
+  Packet in_;              // target of the outstanding read
+};
+
+}  // namespace konn::core::tunnel

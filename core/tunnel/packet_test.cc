@@ -1,0 +1,35 @@
+#include "core/tunnel/packet.h"
+
+#include <catch2/catch.hpp>
+
+using namespace konn::core::tunnel;
+
+TEST_CASE("packet factories fill type and payload as upstream expects", "[tunnel]") {
+  auto req = make_dial_request("10.0.0.1:443", 42);
+  CHECK(req.type() == DIAL_REQ);
+  CHECK(req.dialrequest().protocol() == "tcp");
+  CHECK(req.dialrequest().random() == 42);
+
+  auto data = make_data(7, std::string("hello"));
+  CHECK(data_size(data) == 5);
+  CHECK(describe(data) == "DATA connectID=7 bytes=5");
+
+  auto rsp = make_dial_response(42, 0, "dial tcp 10.0.0.1:443: connect: connection refused");
+  CHECK(describe(rsp).find("error=\"dial tcp") != std::string::npos);
+  CHECK(type_name(99) == "UNKNOWN(99)");
+  CHECK(type_name(DRAIN) == "DRAIN");
+}
+
+TEST_CASE("the wire encoding matches upstream field numbers", "[tunnel]") {
+  // Packet{type=DATA(4), data(4)={connectID(1)=7, data(3)="hi"}}
+  auto p = make_data(7, std::string("hi"));
+  std::string wire;
+  REQUIRE(p.SerializeToString(&wire));
+  const std::string expected("\x08\x04\x22\x06\x08\x07\x1a\x02hi", 10);
+  CHECK(wire == expected);
+  // An absent type decodes as DIAL_REQ, as proto3 specifies.
+  Packet empty;
+  REQUIRE(empty.ParseFromString(std::string()));
+  CHECK(empty.type() == DIAL_REQ);
+  CHECK(empty.dialrequest().address().empty());
+}

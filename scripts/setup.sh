@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian bookworm packages konn needs to build, test and run locally.
+# Idempotent: when every package is already installed it does nothing (no apt-get update).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libasio-dev libssl-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libyaml-cpp-dev libspdlog-dev libfmt-dev catch2
+  libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
+  libhttp-parser-dev libc-ares-dev
+  openssl curl nodejs npm
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+# nodejs/npm may come from elsewhere on the machine; only ask apt for them when absent.
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  filtered=()
+  for p in "${missing[@]}"; do
+    [[ "$p" == nodejs || "$p" == npm ]] || filtered+=("$p")
+  done
+  missing=("${filtered[@]+"${filtered[@]}"}")
+fi
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
