@@ -1,0 +1,33 @@
+#pragma once
+
+#include <cstdint>
+
+namespace konn::testsupport {
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, closed). For
+// daemons whose flags need a concrete port; a small race with other processes remains, so
+// prefer port 0 wherever the daemon reports what it bound.
+uint16_t free_tcp_port();
+
+// A listener on 127.0.0.1 whose accept queue is full and never drained: connects to it neither
+// succeed nor fail until the dialler gives up (the kernel drops the SYNs). Used to make a dial
+// pend for as long as a test needs.
+class StuckListener {
+ public:
+  StuckListener();
+  ~StuckListener();
+  StuckListener(const StuckListener&) = delete;
+  StuckListener& operator=(const StuckListener&) = delete;
+
+  uint16_t port() const { return port_; }
+
+ private:
+  int listen_fd_ = -1;
+  int filler_fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+// True when a TCP connect to 127.0.0.1:port completes within `timeout_ms`.
+bool tcp_port_accepts(uint16_t port, int timeout_ms = 200);
+
+}  // namespace konn::testsupport

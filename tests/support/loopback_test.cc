@@ -1,0 +1,40 @@
+#include "tests/support/loopback.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <catch2/catch.hpp>
+
+#include "tests/support/echo_server.h"
+
+using namespace konn::testsupport;
+
+TEST_CASE("loopback: free port is bindable and closed", "[support]") {
+  uint16_t port = free_tcp_port();
+  CHECK(port != 0);
+  CHECK_FALSE(tcp_port_accepts(port, 100));
+  EchoServer echo;
+  CHECK(tcp_port_accepts(echo.port(), 1000));
+}
+
+TEST_CASE("loopback: a stuck listener leaves connects pending", "[support]") {
+  StuckListener stuck;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(stuck.port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int rc = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  REQUIRE(rc < 0);
+  REQUIRE(errno == EINPROGRESS);
+  pollfd p{fd, POLLOUT, 0};
+  // Neither connected nor refused within the time a test would wait for a dial answer.
+  CHECK(poll(&p, 1, 300) == 0);
+  close(fd);
+}
