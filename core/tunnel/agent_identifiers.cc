@@ -1,0 +1,130 @@
+#include "core/tunnel/agent_identifiers.h"
+
+#include <asio/ip/address.hpp>
+#include <asio/ip/network_v4.hpp>
+#include <asio/ip/network_v6.hpp>
+
+namespace konn::core::tunnel {
+namespace {
+
+std::optional<std::string> percent_decode(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    char c = in[i];
+    if (c == '+') {
+      out.push_back(' ');
+    } else if (c == '%') {
+      auto hex = [](char h) -> int {
+        if (h >= '0' && h <= '9') return h - '0';
+        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+        return -1;
+      };
+      if (i + 2 >= in.size()) return std::nullopt;
+      int hi = hex(in[i + 1]);
+      int lo = hex(in[i + 2]);
+      if (hi < 0 || lo < 0) return std::nullopt;
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+bool in_cidr(const asio::ip::address& addr, const std::string& cidr) {
+  std::error_code ec;
+  if (addr.is_v4()) {
+    auto net = asio::ip::make_network_v4(cidr, ec);
+    if (ec) return false;
+    auto a = addr.to_v4().to_uint();
+    auto mask = net.netmask().to_uint();
+    return (a & mask) == (net.network().to_uint() & mask);
+  }
+  auto net = asio::ip::make_network_v6(cidr, ec);
+  if (ec) return false;
+  auto a = addr.to_v6().to_bytes();
+  auto n = net.network().to_bytes();
+  unsigned bits = net.prefix_length();
+  for (unsigned i = 0; i < 16 && bits > 0; ++i) {
+    unsigned take = bits >= 8 ? 8 : bits;
+    auto mask = static_cast<uint8_t>(0xFF << (8 - take));
+    if ((a[i] & mask) != (n[i] & mask)) return false;
+    bits -= take;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool AgentIdentifiers::serves_host(std::string_view host) const {
+  for (const auto& list : {&hosts, &ipv4, &ipv6}) {
+    for (const auto& v : *list) {
+      if (v == host) return true;
+    }
+  }
+  if (cidrs.empty()) return false;
+  std::error_code ec;
+  auto addr = asio::ip::make_address(std::string(host), ec);
+  if (ec) return false;
+  for (const auto& c : cidrs) {
+    if (in_cidr(addr, c)) return true;
+  }
+  return false;
+}
+
+std::optional<AgentIdentifiers> parse_agent_identifiers(std::string_view query, bool strict,
+                                                        std::string* error) {
+  AgentIdentifiers ids;
+  auto fail = [&](std::string why) -> std::optional<AgentIdentifiers> {
+    if (error != nullptr) *error = std::move(why);
+    return std::nullopt;
+  };
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    auto eq = pair.find('=');
+    auto key = percent_decode(pair.substr(0, eq));
+    auto value = percent_decode(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
+    if (!key || !value) return fail("malformed percent-encoding in \"" + std::string(pair) + "\"");
+    std::error_code ec;
+    if (*key == "host") {
+      if (value->empty()) return fail("host: empty value");
+      ids.hosts.push_back(*value);
+    } else if (*key == "ipv4") {
+      asio::ip::make_address_v4(*value, ec);
+      if (ec) return fail("ipv4: \"" + *value + "\" is not an IPv4 address");
+      ids.ipv4.push_back(*value);
+    } else if (*key == "ipv6") {
+      asio::ip::make_address_v6(*value, ec);
+      if (ec) return fail("ipv6: \"" + *value + "\" is not an IPv6 address");
+      ids.ipv6.push_back(*value);
+    } else if (*key == "cidr") {
+      asio::ip::make_network_v4(*value, ec);
+      if (ec) {
+        ec.clear();
+        asio::ip::make_network_v6(*value, ec);
+      }
+      if (ec) return fail("cidr: \"" + *value + "\" is not a CIDR block");
+      ids.cidrs.push_back(*value);
+    } else if (*key == "default-route") {
+      if (*value == "true" || *value == "1" || *value == "True" || *value == "TRUE") {
+        ids.default_route = true;
+      } else if (*value == "false" || *value == "0" || *value == "False" || *value == "FALSE") {
+        ids.default_route = false;
+      } else {
+        return fail("default-route: \"" + *value + "\" is not a boolean");
+      }
+    } else if (strict) {
+      return fail("unknown identifier key \"" + *key + "\" (want host, ipv4, ipv6, cidr, "
+                  "default-route)");
+    }
+  }
+  return ids;
+}
+
+}  // namespace konn::core::tunnel

@@ -1,0 +1,195 @@
+#include "proxy-server/backend/backend.h"
+
+#include "core/log/log_macros.h"
+#include "core/tunnel/packet.h"
+#include "proxy-server/tunnel/frontend.h"
+#include "proxy-server/tunnel/router.h"
+
+namespace konn::server {
+
+using core::tunnel::describe;
+using core::tunnel::make_close_request;
+
+namespace {
+
+std::vector<std::string> metadata_values(const grpc::CallbackServerContext& ctx,
+                                         const std::string& key) {
+  std::vector<std::string> out;
+  auto range = ctx.client_metadata().equal_range(key);
+  for (auto it = range.first; it != range.second; ++it) {
+    out.emplace_back(it->second.data(), it->second.size());
+  }
+  return out;
+}
+
+}  // namespace
+
+Backend::Backend(grpc::CallbackServerContext* ctx, Router& router)
+    : ctx_(ctx), router_(router), log_(core::log::get("server.backend")), peer_(ctx->peer()) {}
+
+Backend* Backend::start(grpc::CallbackServerContext* ctx, Router& router) {
+  std::shared_ptr<Backend> b(new Backend(ctx, router));
+  b->self_ = b;
+  b->begin();
+  return b.get();
+}
+
+void Backend::begin() {
+  const auto& opts = router_.options();
+  auto ids = metadata_values(*ctx_, "agentid");
+  if (ids.size() != 1) {
+    KONN_LOG(log_, warn, "agent from {} rejected: expected one agentid header, got {}", peer_,
+             ids.size());
+    close(grpc::Status(grpc::StatusCode::UNKNOWN,
+                       "expected one agent ID in the context, got " + std::to_string(ids.size())));
+    return;
+  }
+  agent_id_ = ids.front();
+  auto idents = metadata_values(*ctx_, "agentidentifiers");
+  if (idents.size() > 1) {
+    close(grpc::Status(grpc::StatusCode::UNKNOWN,
+                       "expected at most one set of agent identifiers, got " +
+                           std::to_string(idents.size())));
+    return;
+  }
+  if (!idents.empty()) {
+    std::string err;
+    auto parsed = core::tunnel::parse_agent_identifiers(idents.front(), false, &err);
+    if (!parsed) {
+      KONN_LOG(log_, warn, "agent {} from {} rejected: bad agentidentifiers: {}", agent_id_, peer_,
+               err);
+      close(grpc::Status(grpc::StatusCode::UNKNOWN, "invalid agent identifiers: " + err));
+      return;
+    }
+    identifiers_ = std::move(*parsed);
+  }
+  if (!opts.agent_namespace.empty()) {
+    // Fail closed: the operator asked for token authentication, which this build cannot check
+    // yet. Admitting agents unauthenticated would silently widen access.
+    KONN_LOG(log_, err,
+             "agent {} from {} rejected: token authentication (--agent-namespace) is not "
+             "implemented in this build",
+             agent_id_, peer_);
+    close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                       "token authentication is not implemented by this proxy-server build"));
+    return;
+  }
+  auto flow = metadata_values(*ctx_, core::tunnel::kFlowControlHeader);
+  flow_control_ = flow.size() == 1 && flow.front() == core::tunnel::kFlowControlVersion;
+
+  ctx_->AddInitialMetadata("serverid", opts.server_id);
+  ctx_->AddInitialMetadata("servercount", std::to_string(opts.server_count));
+  if (flow_control_) {
+    ctx_->AddInitialMetadata(core::tunnel::kFlowControlHeader, core::tunnel::kFlowControlVersion);
+  }
+  StartSendInitialMetadata();
+  router_.backends().add(self_);
+  registered_ = true;
+  size_t same = router_.backends().streams_of(agent_id_);
+  KONN_LOG(log_, info, "agent connected agentID={} peer={} identifiers={} flowControl={}{}",
+           agent_id_, peer_, idents.empty() ? "" : idents.front(), flow_control_,
+           same > 1 ? " (duplicate agent id: newest stream takes new dials)" : "");
+  start_reading();
+}
+
+void Backend::OnSendInitialMetadataDone(bool ok) {
+  if (!ok) close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "agent stream broken"), true);
+}
+
+void Backend::on_packet(Packet&& p) {
+  switch (p.type()) {
+    case DIAL_RSP:
+      on_dial_response(std::move(p));
+      return;
+    case DATA: {
+      int64_t id = p.data().connectid();
+      if (auto f = connections_.find(id)) {
+        f->deliver_data(std::move(p));
+      } else if (id != 0) {
+        // The frontend is gone: tell the agent to stop sending (upstream does the same).
+        KONN_LOG(log_, debug, "[C{} A{}] DATA for unknown connection; closing it at the agent", id,
+                 agent_id_);
+        send(make_close_request(id));
+      }
+      return;
+    }
+    case CLOSE_RSP:
+      if (auto f = connections_.take(p.closeresponse().connectid())) f->deliver_close(std::move(p));
+      return;
+    case DIAL_CLS:
+      if (auto e = router_.pending().take(p.closedial().random())) {
+        if (auto f = e->frontend.lock()) f->deliver_close(std::move(p));
+      }
+      return;
+    case DRAIN:
+      if (!draining_.exchange(true)) {
+        KONN_LOG(log_, info, "agent {} is draining: no new dials while other agents serve",
+                 agent_id_);
+      }
+      return;
+    case KONN_WINDOW_UPDATE:
+      if (auto f = connections_.find(p.windowupdate().connectid())) {
+        f->deliver_window_update(p.windowupdate().bytes());
+      }
+      return;
+    default:
+      KONN_LOG(log_, warn, "[A{}] unexpected packet from agent ignored: {}", agent_id_,
+               describe(p));
+      return;
+  }
+}
+
+void Backend::on_dial_response(Packet&& p) {
+  const auto& rsp = p.dialresponse();
+  int64_t random = rsp.random();
+  int64_t id = rsp.connectid();
+  auto entry = router_.pending().take(random);
+  if (!entry) {
+    KONN_LOG(log_, debug, "[C{} D{} A{}] DIAL_RSP for no pending dial (the frontend gave up)", id,
+             random, agent_id_);
+    if (id != 0 && rsp.error().empty()) send(make_close_request(id));
+    return;
+  }
+  auto f = entry->frontend.lock();
+  if (!rsp.error().empty()) {
+    if (f) f->deliver_dial_response(std::move(p));
+    return;
+  }
+  if (!f) {
+    send(make_close_request(id));
+    return;
+  }
+  // Register before delivering: the agent's first DATA for `id` is read only after this returns.
+  connections_.add(id, f);
+  if (!f->deliver_dial_response(std::move(p))) {
+    connections_.take(id);
+    send(make_close_request(id));
+  }
+}
+
+void Backend::on_read_end() {
+  if (registered_.exchange(false)) {
+    router_.backends().remove(this);
+    size_t pending = 0;
+    for (auto& weak : router_.pending().take_all(this)) {
+      if (auto f = weak.lock()) {
+        f->backend_gone();
+        ++pending;
+      }
+    }
+    auto conns = connections_.take_all();
+    for (auto& f : conns) f->backend_gone();
+    KONN_LOG(log_, info,
+             "agent disconnected agentID={} peer={}: {} tunnels closed, {} pending dials failed",
+             agent_id_, peer_, conns.size(), pending);
+  }
+  close(grpc::Status::OK);
+}
+
+void Backend::OnDone() {
+  mark_done();
+  on_read_end();  // idempotent; covers streams finished before reading began
+  self_.reset();  // may destroy this
+}
+
+}  // namespace konn::server

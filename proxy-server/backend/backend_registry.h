@@ -1,0 +1,42 @@
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "proxy-server/backend/proxy_strategy.h"
+
+namespace konn::server {
+
+class Backend;
+
+// The connected agents. Several streams may carry the same agent id (a reconnect racing the old
+// stream's end, or a misconfigured fleet); the newest one is used for new dials and the older
+// ones keep serving the tunnels they already carry. Thread-safe: one mutex, held for map
+// operations and selection only.
+class BackendRegistry {
+ public:
+  explicit BackendRegistry(std::vector<ProxyStrategy> strategies);
+
+  void add(const std::shared_ptr<Backend>& backend);
+  void remove(const Backend* backend);
+  // Picks a backend for a dial to `dest_host` (no port). nullptr: "No agent available".
+  std::shared_ptr<Backend> pick(std::string_view dest_host);
+  // Ready when the first strategy could route somewhere (upstream's readiness rule).
+  bool ready() const;
+  size_t agent_count() const;
+  // How many streams share `agent_id` (for the duplicate-id warning).
+  size_t streams_of(const std::string& agent_id) const;
+
+ private:
+  std::vector<ProxyStrategy> strategies_;
+  mutable std::mutex mu_;
+  // agent id -> its streams, oldest first.
+  std::unordered_map<std::string, std::vector<std::shared_ptr<Backend>>> agents_;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+}  // namespace konn::server

@@ -1,0 +1,455 @@
+#include "proxy-server/frontend/grpc_frontend_reactor.h"
+
+#include "core/log/log_macros.h"
+#include "core/net/endpoint.h"
+#include "core/tunnel/packet.h"
+#include "proxy-server/backend/backend.h"
+#include "proxy-server/tunnel/router.h"
+
+namespace konn::server {
+
+using core::relay::PauseReason;
+using core::tunnel::describe;
+using core::tunnel::make_close_dial;
+using core::tunnel::make_close_request;
+using core::tunnel::make_close_response;
+using core::tunnel::make_dial_response;
+using core::tunnel::make_window_update;
+
+namespace {
+
+// Pause reading the client while this much of its data waits in the agent stream's queue.
+constexpr int64_t kToAgentHigh = 4 * 1024 * 1024;
+constexpr int64_t kToAgentLow = kToAgentHigh / 2;
+// A tunnel whose CLOSE_REQ the agent does not answer is dropped after this long.
+constexpr std::chrono::seconds kCloseWait(10);
+
+}  // namespace
+
+const char* GrpcFrontend::to_string(State s) {
+  switch (s) {
+    case State::Idle: return "Idle";
+    case State::Dialing: return "Dialing";
+    case State::Established: return "Established";
+    case State::Closing: return "Closing";
+    case State::Closed: return "Closed";
+  }
+  return "?";
+}
+
+GrpcFrontend::GrpcFrontend(grpc::CallbackServerContext* ctx, Router& router)
+    : ctx_(ctx), router_(router), log_(core::log::get("server.frontend")) {
+  to_agent_listener_.owner = this;
+  to_client_listener_.owner = this;
+}
+
+GrpcFrontend::~GrpcFrontend() = default;
+
+GrpcFrontend* GrpcFrontend::start(grpc::CallbackServerContext* ctx, Router& router) {
+  std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(ctx, router));
+  f->self_ = f;
+  KONN_LOG(f->log_, debug, "frontend stream opened peer={}", ctx->peer());
+  f->start_reading();
+  return f.get();
+}
+
+std::shared_ptr<GrpcFrontend> GrpcFrontend::self_ptr() {
+  return std::static_pointer_cast<GrpcFrontend>(shared_from_this());
+}
+
+std::string GrpcFrontend::log_prefix() const {
+  std::lock_guard lock(mu_);
+  return "[C" + std::to_string(connect_id_) + " D" + std::to_string(random_) + " A" + agent_id_ +
+         "] ";
+}
+
+void GrpcFrontend::set_reason(const std::string& reason) {
+  std::lock_guard lock(mu_);
+  if (close_reason_.empty()) close_reason_ = reason;
+}
+
+void GrpcFrontend::on_packet(Packet&& p) {
+  switch (p.type()) {
+    case DIAL_REQ:
+      on_dial_request(std::move(p));
+      return;
+    case DATA:
+      on_client_data(std::move(p));
+      return;
+    case CLOSE_REQ:
+      on_close_request(p);
+      return;
+    case DIAL_CLS:
+      on_dial_close(p);
+      return;
+    default:
+      KONN_CONN_LOG(log_, debug, *this, "unexpected packet from frontend ignored: {}",
+                    describe(p));
+      return;
+  }
+}
+
+void GrpcFrontend::on_dial_request(Packet&& p) {
+  const auto& req = p.dialrequest();
+  int64_t random = req.random();
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Idle) {
+      KONN_LOG(log_, warn, "[D{}] second DIAL_REQ on one frontend stream ignored (state {})",
+               random, to_string(state_));
+      return;
+    }
+    state_ = State::Dialing;
+    random_ = random;
+    address_ = req.address();
+  }
+  auto hp = core::net::parse_host_port(req.address());
+  std::string host = hp ? hp->host : req.address();
+  auto backend = router_.backends().pick(host);
+  if (!backend) {
+    fail_dial(random, "No agent available");
+    return;
+  }
+  if (!router_.pending().add(random, self_ptr(), backend.get())) {
+    fail_dial(random, "dial id " + std::to_string(random) + " is already pending");
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    backend_ = backend;
+    agent_id_ = backend->agent_id();
+    flow_control_ = backend->flow_control();
+    to_agent_credit_ = core::tunnel::kTunnelWindow;
+  }
+  KONN_CONN_LOG(log_, debug, *this, "dialing {} through agent {}", req.address(),
+                backend->agent_id());
+  if (router_.options().backend_dial_timeout.count() > 0) {
+    arm_timer(router_.options().backend_dial_timeout, &GrpcFrontend::on_dial_timeout);
+  }
+  if (!backend->send(std::move(p)) && router_.pending().take(random)) {
+    fail_dial(random, "agent disconnected before the dial was sent");
+  }
+}
+
+void GrpcFrontend::fail_dial(int64_t random, const std::string& error) {
+  {
+    std::lock_guard lock(mu_);
+    state_ = State::Closed;
+    if (close_reason_.empty()) close_reason_ = "dial failed: " + error;
+    timer_.reset();
+  }
+  KONN_CONN_LOG(log_, info, *this, "dial to {} failed: {}", address_, error);
+  send(make_dial_response(random, 0, error));
+  close(grpc::Status::OK);
+}
+
+bool GrpcFrontend::deliver_dial_response(Packet&& p) {
+  const auto& rsp = p.dialresponse();
+  bool failed = !rsp.error().empty();
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Dialing || rsp.random() != random_) return false;
+    timer_.reset();
+    if (failed) {
+      state_ = State::Closed;
+      close_reason_ = "dial failed: " + rsp.error();
+    } else {
+      state_ = State::Established;
+      connect_id_ = rsp.connectid();
+    }
+  }
+  if (failed) {
+    KONN_CONN_LOG(log_, info, *this, "dial to {} failed at the agent: {}", address_, rsp.error());
+    send(std::move(p));
+    close(grpc::Status::OK);
+  } else {
+    KONN_CONN_LOG(log_, debug, *this, "tunnel established to {}", address_);
+    send(std::move(p));
+  }
+  return true;
+}
+
+void GrpcFrontend::on_client_data(Packet&& p) {
+  std::shared_ptr<Backend> backend;
+  auto bytes = static_cast<int64_t>(p.data().data().size());
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Established || p.data().connectid() != connect_id_) {
+      KONN_LOG(log_, debug, "[C{} D{}] DATA from frontend dropped (state {}, tunnel C{})",
+               p.data().connectid(), random_, to_string(state_), connect_id_);
+      return;
+    }
+    backend = backend_;
+    to_agent_queued_ += bytes;
+    // Pausing is idempotent and never starts a read, so it is safe under mu_; resuming is not.
+    if (to_agent_queued_ > kToAgentHigh) {
+      paused_queue_ = true;
+      pause_reading(PauseReason::QueueFull);
+    }
+    if (flow_control_) {
+      to_agent_credit_ -= bytes;
+      if (to_agent_credit_ <= 0) {
+        paused_credit_ = true;
+        pause_reading(PauseReason::NoCredit);
+      }
+    }
+  }
+  bytes_from_client_ += static_cast<uint64_t>(bytes);
+  // The aliasing shared_ptr keeps this frontend alive while its bytes sit in the backend queue.
+  std::shared_ptr<core::tunnel::WriteListener> listener(self_ptr(), &to_agent_listener_);
+  backend->send(std::move(p), std::move(listener));
+}
+
+void GrpcFrontend::on_sent_to_agent(size_t bytes) {
+  bool resume = false;
+  {
+    std::lock_guard lock(mu_);
+    to_agent_queued_ -= static_cast<int64_t>(bytes);
+    if (paused_queue_ && to_agent_queued_ <= kToAgentLow) {
+      paused_queue_ = false;
+      resume = true;
+    }
+  }
+  if (resume) resume_reading(PauseReason::QueueFull);
+}
+
+void GrpcFrontend::deliver_window_update(int64_t bytes) {
+  bool resume = false;
+  {
+    std::lock_guard lock(mu_);
+    to_agent_credit_ += bytes;
+    if (paused_credit_ && to_agent_credit_ > 0) {
+      paused_credit_ = false;
+      resume = true;
+    }
+  }
+  if (resume) resume_reading(PauseReason::NoCredit);
+}
+
+void GrpcFrontend::deliver_data(Packet&& p) {
+  bool flow = false;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Established && state_ != State::Closing) return;
+    flow = flow_control_;
+  }
+  size_t bytes = p.data().data().size();
+  if (!flow && queued_bytes() + bytes > router_.options().tunnel_queue_cap_bytes()) {
+    overflow();
+    return;
+  }
+  bytes_to_client_ += bytes;
+  std::shared_ptr<core::tunnel::WriteListener> listener(self_ptr(), &to_client_listener_);
+  send(std::move(p), std::move(listener));
+}
+
+void GrpcFrontend::on_sent_to_client(size_t bytes) {
+  std::shared_ptr<Backend> backend;
+  int64_t credit = 0;
+  int64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (!flow_control_) return;
+    to_client_consumed_ += static_cast<int64_t>(bytes);
+    if (to_client_consumed_ < core::tunnel::kWindowUpdateThreshold) return;
+    credit = to_client_consumed_;
+    to_client_consumed_ = 0;
+    backend = backend_;
+    id = connect_id_;
+  }
+  if (backend) backend->send(make_window_update(id, credit));
+}
+
+void GrpcFrontend::overflow() {
+  std::shared_ptr<Backend> backend;
+  int64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Established && state_ != State::Closing) return;
+    state_ = State::Closed;
+    close_reason_ = "client not reading: tunnel queue over its cap";
+    backend = backend_;
+    id = connect_id_;
+  }
+  KONN_CONN_LOG(log_, warn, *this,
+                "closing tunnel: the client stopped reading and {} bytes wait (cap {}); other "
+                "tunnels of agent are unaffected",
+                queued_bytes(), router_.options().tunnel_queue_cap_bytes());
+  backend->forget_connection(id);
+  backend->send(make_close_request(id));
+  close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "tunnel queue over its cap"), true);
+}
+
+void GrpcFrontend::on_close_request(const Packet& p) {
+  std::shared_ptr<Backend> backend;
+  int64_t id = 0;
+  State state;
+  {
+    std::lock_guard lock(mu_);
+    state = state_;
+    backend = backend_;
+    id = connect_id_;
+    if (state_ == State::Established) {
+      state_ = State::Closing;
+      if (close_reason_.empty()) close_reason_ = "closed by frontend";
+    }
+  }
+  if (state == State::Established) {
+    backend->send(make_close_request(id));
+    arm_timer(kCloseWait, &GrpcFrontend::on_close_timeout);
+  } else if (state == State::Dialing) {
+    Packet cls = make_close_dial(random_);
+    on_dial_close(cls);
+  } else if (state != State::Closing) {
+    send(make_close_response(p.closerequest().connectid(), "Unknown connectID"));
+    close(grpc::Status::OK);
+  }
+}
+
+void GrpcFrontend::on_dial_close(const Packet& p) {
+  std::shared_ptr<Backend> backend;
+  int64_t random = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Dialing || p.closedial().random() != random_) return;
+    state_ = State::Closed;
+    close_reason_ = "dial cancelled by frontend";
+    timer_.reset();
+    backend = backend_;
+    random = random_;
+  }
+  // Unlike upstream, the agent hears about it and can abandon the dial.
+  if (router_.pending().take(random)) backend->send(make_close_dial(random));
+  close(grpc::Status::OK);
+}
+
+void GrpcFrontend::deliver_close(Packet&& p) {
+  {
+    std::lock_guard lock(mu_);
+    if (state_ == State::Closed) return;
+    state_ = State::Closed;
+    timer_.reset();
+    if (close_reason_.empty()) {
+      close_reason_ = p.type() == DIAL_CLS ? "dial closed by agent" : "closed by agent";
+    }
+  }
+  send(std::move(p));
+  close(grpc::Status::OK);
+}
+
+void GrpcFrontend::backend_gone() {
+  State prev;
+  int64_t random = 0;
+  int64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    prev = state_;
+    state_ = State::Closed;
+    timer_.reset();
+    random = random_;
+    id = connect_id_;
+    if (close_reason_.empty()) close_reason_ = "agent disconnected";
+  }
+  if (prev == State::Dialing) {
+    send(make_dial_response(random, 0, "agent disconnected before answering the dial"));
+  } else if (prev == State::Established || prev == State::Closing) {
+    send(make_close_response(id));
+  } else {
+    return;
+  }
+  close(grpc::Status::OK);
+}
+
+void GrpcFrontend::on_read_end() {
+  State prev;
+  std::shared_ptr<Backend> backend;
+  int64_t random = 0;
+  int64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    prev = state_;
+    backend = backend_;
+    random = random_;
+    id = connect_id_;
+    if (state_ == State::Established) {
+      // Ask the agent to close and forward its CLOSE_RSP if the client still listens.
+      state_ = State::Closing;
+    } else if (state_ != State::Closing) {
+      state_ = State::Closed;
+      timer_.reset();
+    }
+    if (close_reason_.empty()) close_reason_ = "frontend stream ended";
+  }
+  switch (prev) {
+    case State::Dialing:
+      if (router_.pending().take(random)) backend->send(make_close_dial(random));
+      close(grpc::Status::OK);
+      return;
+    case State::Established:
+      backend->send(make_close_request(id));
+      arm_timer(kCloseWait, &GrpcFrontend::on_close_timeout);
+      return;
+    case State::Closing:
+      return;  // CLOSE_RSP (or the close timer) finishes the stream
+    default:
+      close(grpc::Status::OK);
+      return;
+  }
+}
+
+void GrpcFrontend::arm_timer(std::chrono::nanoseconds delay, void (GrpcFrontend::*fn)()) {
+  std::weak_ptr<GrpcFrontend> weak = self_ptr();
+  std::lock_guard lock(mu_);
+  timer_ = std::make_unique<asio::steady_timer>(router_.timers(), delay);
+  timer_->async_wait([weak, fn](const std::error_code& ec) {
+    if (ec) return;
+    if (auto self = weak.lock()) ((*self).*fn)();
+  });
+}
+
+void GrpcFrontend::on_dial_timeout() {
+  int64_t random = 0;
+  std::shared_ptr<Backend> backend;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Dialing) return;
+    random = random_;
+    backend = backend_;
+  }
+  if (!router_.pending().take(random)) return;  // the answer won the race
+  backend->send(make_close_dial(random));
+  fail_dial(random, "Backend dial timeout");
+}
+
+void GrpcFrontend::on_close_timeout() {
+  std::shared_ptr<Backend> backend;
+  int64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Closing) return;
+    state_ = State::Closed;
+    backend = backend_;
+    id = connect_id_;
+    close_reason_ += " (agent did not answer CLOSE_REQ)";
+  }
+  backend->forget_connection(id);
+  send(make_close_response(id, "agent did not answer the close request"));
+  close(grpc::Status::OK);
+}
+
+void GrpcFrontend::OnDone() {
+  mark_done();
+  {
+    std::lock_guard lock(mu_);
+    timer_.reset();
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - started_)
+                .count();
+  KONN_CONN_LOG(log_, debug, *this, "tunnel closed: {} address={} from_client={}B to_client={}B "
+                "duration={}ms", close_reason_, address_, bytes_from_client_.load(),
+                bytes_to_client_.load(), ms);
+  auto keep = std::move(self_);  // destroyed last, possibly with this
+}
+
+}  // namespace konn::server

@@ -1,0 +1,127 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <asio/steady_timer.hpp>
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/server_callback.h>
+#include <spdlog/logger.h>
+
+#include "core/tunnel/packet_stream.h"
+#include "proxy-server/tunnel/frontend.h"
+
+namespace konn::server {
+
+class Backend;
+class Router;
+
+// One `ProxyService/Proxy` stream from kube-apiserver (or any konnectivity client): exactly one
+// tunnel. It dials through a backend chosen by the Router, then relays DATA both ways.
+//
+// Flow control, per direction (docs/ARCHITECTURE.md, "Backpressure"):
+//  - client -> agent: reading this stream pauses while this tunnel's bytes in the backend's
+//    queue pass kToAgentHigh, or (konn flow control) while the agent's credit is used up;
+//  - agent -> client: with konn flow control the agent never has more than a window in flight
+//    and we return credit as the client takes bytes; without it (upstream agents), a client that
+//    lets its queue pass the cap has its tunnel closed alone, so the agent stream never stalls.
+//
+// Lifetime: as Backend (shared_ptr to self until OnDone). `mu_` guards the tunnel state; it is
+// never held while calling send()/close() or into the backend.
+class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
+                     public core::tunnel::PacketStream,
+                     public Frontend {
+ public:
+  static GrpcFrontend* start(grpc::CallbackServerContext* ctx, Router& router);
+  ~GrpcFrontend() override;
+
+  // Frontend (called from the backend's read loop).
+  bool deliver_dial_response(Packet&& p) override;
+  void deliver_data(Packet&& p) override;
+  void deliver_close(Packet&& p) override;
+  void deliver_window_update(int64_t bytes) override;
+  void backend_gone() override;
+  std::string log_prefix() const override;
+
+  // gRPC reactions.
+  void OnReadDone(bool ok) override { handle_read_done(ok); }
+  void OnWriteDone(bool ok) override { handle_write_done(ok); }
+  void OnDone() override;
+  void OnCancel() override {}
+
+ private:
+  enum class State {
+    Idle,         // no DIAL_REQ yet
+    Dialing,      // DIAL_REQ sent to an agent, waiting for DIAL_RSP
+    Established,  // connectID known; DATA flows
+    Closing,      // CLOSE_REQ sent to the agent, waiting for CLOSE_RSP
+    Closed,       // done; packets are dropped
+  };
+  static const char* to_string(State s);
+
+  // Bytes this tunnel put into the backend's queue have been written: maybe resume reading.
+  struct ToAgentListener : core::tunnel::WriteListener {
+    GrpcFrontend* owner = nullptr;
+    void on_written(size_t bytes) override { owner->on_sent_to_agent(bytes); }
+  };
+  // Bytes from the agent have been written to the client: maybe return credit.
+  struct ToClientListener : core::tunnel::WriteListener {
+    GrpcFrontend* owner = nullptr;
+    void on_written(size_t bytes) override { owner->on_sent_to_client(bytes); }
+  };
+
+  GrpcFrontend(grpc::CallbackServerContext* ctx, Router& router);
+
+  void start_write_op(const Packet* p, grpc::WriteOptions opts) override { StartWrite(p, opts); }
+  void start_read_op(Packet* p) override { StartRead(p); }
+  void start_finish_op(const grpc::Status& s) override { Finish(s); }
+  void cancel_op() override { ctx_->TryCancel(); }
+  void on_packet(Packet&& p) override;
+  void on_read_end() override;
+
+  void on_dial_request(Packet&& p);
+  void on_client_data(Packet&& p);
+  void on_close_request(const Packet& p);
+  void on_dial_close(const Packet& p);
+  void fail_dial(int64_t random, const std::string& error);
+  void overflow();
+  void on_sent_to_agent(size_t bytes);
+  void on_sent_to_client(size_t bytes);
+  // Runs `fn` on the timer context after `delay` unless the tunnel state changed by then.
+  void arm_timer(std::chrono::nanoseconds delay, void (GrpcFrontend::*fn)());
+  void on_dial_timeout();
+  void on_close_timeout();
+  std::shared_ptr<GrpcFrontend> self_ptr();
+  void set_reason(const std::string& reason);
+
+  grpc::CallbackServerContext* ctx_;
+  Router& router_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::shared_ptr<GrpcFrontend> self_;
+  ToAgentListener to_agent_listener_;
+  ToClientListener to_client_listener_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::atomic<uint64_t> bytes_from_client_{0};
+  std::atomic<uint64_t> bytes_to_client_{0};
+
+  mutable std::mutex mu_;
+  State state_ = State::Idle;
+  int64_t random_ = 0;
+  int64_t connect_id_ = 0;
+  std::string address_;
+  std::shared_ptr<Backend> backend_;
+  std::string agent_id_;
+  bool flow_control_ = false;
+  int64_t to_agent_queued_ = 0;   // our DATA bytes waiting in the backend's queue
+  int64_t to_agent_credit_ = 0;   // bytes the agent still accepts (flow control)
+  int64_t to_client_consumed_ = 0;  // bytes written to the client since the last credit update
+  bool paused_queue_ = false;
+  bool paused_credit_ = false;
+  std::string close_reason_;
+  std::unique_ptr<asio::steady_timer> timer_;
+};
+
+}  // namespace konn::server

@@ -1,0 +1,39 @@
+// proxy-server: the Konnectivity server (frontend for kube-apiserver, listener for agents).
+#include <cstdio>
+#include <exception>
+
+#include "core/config/flag_parser.h"
+#include "core/log/logger.h"
+#include "proxy-server/server_app.h"
+#include "proxy-server/server_options.h"
+
+int main(int argc, char** argv) {
+  konn::server::ServerOptions options;
+  konn::core::config::FlagParser parser("proxy-server", "Konnectivity proxy server");
+  options.register_flags(parser);
+  auto parsed = parser.parse(argc, argv);
+  if (parsed.exit_now) {
+    std::fputs(parsed.output.c_str(), stdout);
+    return 0;
+  }
+  options.apply_environment();
+  auto errors = parsed.errors;
+  for (auto& e : options.validate()) errors.push_back(std::move(e));
+  if (!konn::core::log::set_level(options.log_level)) {
+    errors.push_back("--v: unknown log level \"" + options.log_level + "\"");
+  }
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::fprintf(stderr, "proxy-server: %s\n", e.c_str());
+    return 1;
+  }
+  if (!options.log_file.empty()) konn::core::log::set_file(options.log_file);
+  options.print(*konn::core::log::get("server"));
+  try {
+    konn::server::ServerApp app(options);
+    app.start();
+    return app.run();
+  } catch (const std::exception& e) {
+    konn::core::log::get("server")->critical("{}", e.what());
+    return 1;
+  }
+}

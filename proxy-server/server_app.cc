@@ -1,0 +1,144 @@
+#include "proxy-server/server_app.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include "core/io/shutdown.h"
+#include "core/log/log_macros.h"
+#include "core/net/listener.h"
+#include "core/tls/grpc_credentials.h"
+#include "proxy-server/backend/agent_service.h"
+#include "proxy-server/frontend/proxy_service.h"
+#include "proxy-server/tunnel/router.h"
+
+namespace konn::server {
+namespace {
+
+constexpr int kMaxMessageBytes = 16 * 1024 * 1024;
+
+int millis(Duration d) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  return ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms);
+}
+
+std::string bind_spec(const std::string& address, int port) {
+  std::string host = address.empty() ? "[::]" : address;
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  return host + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+ServerApp::ServerApp(const ServerOptions& options)
+    : options_(options), log_(core::log::get("server")) {}
+
+ServerApp::~ServerApp() { shutdown(); }
+
+void ServerApp::start() {
+  if (options_.mode != "grpc") {
+    throw std::runtime_error("--mode=" + options_.mode +
+                             ": only grpc mode is available in this build");
+  }
+  timers_guard_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
+      timers_.get_executor());
+  timer_thread_ = std::thread([this] { timers_.run(); });
+  router_ = std::make_unique<Router>(options_, timers_);
+  proxy_service_ = std::make_unique<ProxyServiceImpl>(*router_);
+  agent_service_ = std::make_unique<AgentServiceImpl>(*router_);
+
+  // Frontend: kube-apiserver shares one HTTP/2 connection for all its dials, so the number of
+  // concurrent streams is left unlimited.
+  {
+    grpc::ServerBuilder b;
+    b.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options_.frontend_keepalive_time));
+    b.RegisterService(proxy_service_.get());
+    if (!options_.uds_name.empty()) {
+      if (options_.delete_existing_uds_file) core::net::remove_stale_socket(options_.uds_name);
+      b.AddListeningPort("unix:" + options_.uds_name, grpc::InsecureServerCredentials());
+      // umask 0007 while binding: the socket is created 0770 (owner and group only).
+      mode_t old = ::umask(0007);
+      frontend_server_ = b.BuildAndStart();
+      ::umask(old);
+      if (!frontend_server_) {
+        throw std::runtime_error("cannot serve the frontend on unix socket " + options_.uds_name);
+      }
+      KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
+    } else {
+      auto creds = core::tls::grpc_server_credentials(options_.server_cert, options_.server_key,
+                                                      options_.server_ca_cert);
+      b.AddListeningPort(bind_spec(options_.server_bind_address, options_.server_port), creds,
+                         &frontend_port_);
+      frontend_server_ = b.BuildAndStart();
+      if (!frontend_server_ || frontend_port_ == 0) {
+        throw std::runtime_error("cannot serve the frontend on " +
+                                 bind_spec(options_.server_bind_address, options_.server_port));
+      }
+      KONN_LOG(log_, info, "frontend (grpc, mTLS) listening on {}",
+               bind_spec(options_.server_bind_address, frontend_port_));
+    }
+  }
+  // Agents: always TLS; mTLS when --cluster-ca-cert is given.
+  {
+    grpc::ServerBuilder b;
+    b.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options_.keepalive_time));
+    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // Accept agent pings every 30 s or slower, as upstream's enforcement policy does.
+    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 30000);
+    b.RegisterService(agent_service_.get());
+    auto creds = core::tls::grpc_server_credentials(options_.cluster_cert, options_.cluster_key,
+                                                    options_.cluster_ca_cert);
+    b.AddListeningPort(bind_spec(options_.agent_bind_address, options_.agent_port), creds,
+                       &agent_port_);
+    agent_server_ = b.BuildAndStart();
+    if (!agent_server_ || agent_port_ == 0) {
+      throw std::runtime_error("cannot listen for agents on " +
+                               bind_spec(options_.agent_bind_address, options_.agent_port));
+    }
+    KONN_LOG(log_, info, "agent listener (grpc, {}) on {}",
+             options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
+             bind_spec(options_.agent_bind_address, agent_port_));
+  }
+}
+
+int ServerApp::run() {
+  core::io::ShutdownSignals signals(
+      signals_ctx_,
+      [this](int sig) {
+        KONN_LOG(log_, info, "signal {}: shutting down (graceful timeout {})", sig,
+                 core::config::format_go_duration(options_.graceful_shutdown_timeout));
+        signals_ctx_.stop();
+      },
+      [](int) { std::_Exit(1); });
+  signals_ctx_.run();
+  shutdown();
+  return 0;
+}
+
+void ServerApp::stop() { asio::post(signals_ctx_, [this] { signals_ctx_.stop(); }); }
+
+void ServerApp::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // Stop accepting first; then let open tunnels finish within the graceful timeout, after which
+  // gRPC cancels what is left.
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                      options_.graceful_shutdown_timeout);
+  if (frontend_server_) frontend_server_->Shutdown(deadline);
+  if (agent_server_) agent_server_->Shutdown(std::chrono::system_clock::now());
+  frontend_server_.reset();
+  agent_server_.reset();
+  timers_guard_.reset();
+  timers_.stop();
+  if (timer_thread_.joinable()) timer_thread_.join();
+  KONN_LOG(log_, info, "proxy-server stopped");
+}
+
+}  // namespace konn::server

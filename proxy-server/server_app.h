@@ -1,0 +1,56 @@
+#pragma once
+
+#include <memory>
+#include <thread>
+
+#include <asio/io_context.hpp>
+#include <grpcpp/server.h>
+#include <spdlog/logger.h>
+
+#include "proxy-server/server_options.h"
+
+namespace konn::server {
+
+class Router;
+class ProxyServiceImpl;
+class AgentServiceImpl;
+
+// Wires one proxy-server: the Router, the frontend gRPC server (unix socket or TCP+mTLS), the
+// agent gRPC server (TLS, optionally mTLS), a timer thread, and signal handling.
+class ServerApp {
+ public:
+  explicit ServerApp(const ServerOptions& options);
+  ~ServerApp();
+
+  // Starts listening. Throws std::runtime_error with a message naming what failed.
+  void start();
+  // Blocks until SIGINT/SIGTERM (or stop()), then shuts down. Returns the exit code.
+  int run();
+  // Asks run() to return (tests).
+  void stop();
+
+  // Bound ports (useful when 0 was asked for).
+  int agent_port() const { return agent_port_; }
+  int frontend_port() const { return frontend_port_; }
+  Router& router() { return *router_; }
+
+ private:
+  void shutdown();
+
+  const ServerOptions& options_;
+  std::shared_ptr<spdlog::logger> log_;
+  asio::io_context timers_;
+  std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> timers_guard_;
+  std::thread timer_thread_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<ProxyServiceImpl> proxy_service_;
+  std::unique_ptr<AgentServiceImpl> agent_service_;
+  std::unique_ptr<grpc::Server> frontend_server_;
+  std::unique_ptr<grpc::Server> agent_server_;
+  asio::io_context signals_ctx_;
+  int agent_port_ = 0;
+  int frontend_port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace konn::server

@@ -1,0 +1,155 @@
+#include "proxy-server/server_options.h"
+
+#include <cstdlib>
+
+#include "core/config/duration.h"
+#include "core/config/uuid.h"
+#include "core/tunnel/packet.h"
+
+namespace konn::server {
+
+using core::config::format_go_duration;
+
+void ServerOptions::register_flags(core::config::FlagParser& p) {
+  p.add("mode", &mode, "Frontend protocol: grpc or http-connect");
+  p.add("uds-name", &uds_name, "Serve the frontend on this unix socket (plaintext)");
+  p.add("delete-existing-uds-file", &delete_existing_uds_file,
+        "Remove an existing file at --uds-name before listening");
+  p.add("server-port", &server_port, "TCP port of the frontend (0 with --uds-name)");
+  p.add("server-bind-address", &server_bind_address, "Bind address of the TCP frontend");
+  p.add("server-cert", &server_cert, "Frontend serving certificate (TCP mode)");
+  p.add("server-key", &server_key, "Frontend serving key (TCP mode)");
+  p.add("server-ca-cert", &server_ca_cert, "CA that signs frontend client certificates (mTLS)");
+  p.add("frontend-keepalive-time", &frontend_keepalive_time, "Keepalive ping interval, frontend");
+  p.add("agent-port", &agent_port, "Port agents connect to");
+  p.add("agent-bind-address", &agent_bind_address, "Bind address of the agent listener");
+  p.add("cluster-cert", &cluster_cert, "Certificate served to agents");
+  p.add("cluster-key", &cluster_key, "Key of --cluster-cert");
+  p.add("cluster-ca-cert", &cluster_ca_cert, "CA for agent client certificates (enables mTLS)");
+  p.add("keepalive-time", &keepalive_time, "Keepalive ping interval towards agents");
+  p.add("cipher-suites", &cipher_suites, "TLS cipher suites (Go names)");
+  p.add("tls-min-version", &tls_min_version, "Minimum TLS version (VersionTLS12, VersionTLS13)");
+  p.add("agent-namespace", &agent_namespace, "Namespace of the agents' service account");
+  p.add("agent-service-account", &agent_service_account, "Service account of the agents");
+  p.add("authentication-audience", &authentication_audience, "Audience of agent tokens");
+  p.add("kubeconfig", &kubeconfig, "kubeconfig for TokenReview and Leases (empty: in-cluster)");
+  p.add("kubeconfig-qps", &kubeconfig_qps, "Client QPS towards the apiserver");
+  p.add("kubeconfig-burst", &kubeconfig_burst, "Client burst towards the apiserver");
+  p.add("kube-api-content-type", &kube_api_content_type, "Content type for apiserver calls");
+  p.add("proxy-strategies", &proxy_strategies,
+        "Ordered backend selection strategies: default, destHost, defaultRoute");
+  p.add("server-id", &server_id, "Unique id of this server (default $PROXY_SERVER_ID or a UUID)");
+  p.add("server-count", &server_count, "Number of proxy servers agents should connect to");
+  p.add("enable-lease-controller", &enable_lease_controller, "Publish a Lease for this server");
+  p.add("lease-namespace", &lease_namespace, "Namespace of server Leases");
+  p.add("lease-label", &lease_label, "Label set on server Leases");
+  p.add("xfr-channel-size", &xfr_channel_size,
+        "Per-tunnel queue depth, in 1 MiB packets, towards peers without flow control");
+  p.add("backend-dial-timeout", &backend_dial_timeout, "Bound on waiting for DIAL_RSP (0: none)");
+  p.add("graceful-shutdown-timeout", &graceful_shutdown_timeout,
+        "How long open tunnels may finish after SIGTERM (0: close at once)");
+  p.add("admin-port", &admin_port, "Admin HTTP port");
+  p.add("admin-bind-address", &admin_bind_address, "Admin HTTP bind address");
+  p.add("health-port", &health_port, "Health HTTP port");
+  p.add("health-bind-address", &health_bind_address, "Health HTTP bind address");
+  p.add("enable-profiling", &enable_profiling, "Accepted for compatibility");
+  p.add("enable-contention-profiling", &enable_contention_profiling, "Accepted for compatibility");
+  p.add_ignored("warn-on-channel-limit", "Deprecated upstream");
+  // klog flags that upstream manifests pass.
+  p.add("v", &log_level, "Log verbosity: klog level (0-10) or info/debug/trace");
+  p.add("log-file", &log_file, "Write logs to this file instead of stderr");
+  for (const char* name :
+       {"logtostderr", "alsologtostderr", "log-dir", "log-file-max-size", "skip-headers",
+        "skip-log-headers", "add-dir-header", "one-output", "stderrthreshold", "vmodule",
+        "log-backtrace-at", "alsologtostderrthreshold", "legacy-stderr-threshold-behavior",
+        "log-flush-frequency"}) {
+    p.add_ignored(name, "klog flag");
+  }
+}
+
+void ServerOptions::apply_environment() {
+  if (server_id.empty()) {
+    const char* env = std::getenv("PROXY_SERVER_ID");
+    server_id = (env != nullptr && *env != '\0') ? env : core::config::make_uuid_v4();
+  }
+}
+
+std::vector<std::string> ServerOptions::validate() const {
+  std::vector<std::string> errors;
+  auto port_ok = [](int port) { return port >= 0 && port <= 65535; };
+  if (mode != "grpc" && mode != "http-connect") {
+    errors.push_back("--mode: must be grpc or http-connect, got \"" + mode + "\"");
+  }
+  if (!uds_name.empty()) {
+    if (server_port != 0) errors.push_back("--server-port: must be 0 when --uds-name is set");
+    if (!server_cert.empty() || !server_key.empty()) {
+      errors.push_back("--server-cert/--server-key: not used with --uds-name (plaintext socket)");
+    }
+    if (!server_ca_cert.empty()) errors.push_back("--server-ca-cert: not used with --uds-name");
+  } else {
+    if (server_port <= 0 || !port_ok(server_port)) {
+      errors.push_back("--server-port: must be 1-65535 for a TCP frontend, got " +
+                       std::to_string(server_port));
+    }
+    if (server_cert.empty() || server_key.empty()) {
+      errors.push_back("--server-cert and --server-key: required for a TCP frontend");
+    }
+    if (server_ca_cert.empty()) {
+      errors.push_back("--server-ca-cert: required for a TCP frontend (clients use mTLS)");
+    }
+  }
+  if (!port_ok(agent_port)) errors.push_back("--agent-port: must be 0-65535");
+  if (cluster_cert.empty() || cluster_key.empty()) {
+    errors.push_back("--cluster-cert and --cluster-key: required (agents always use TLS)");
+  }
+  bool any_auth = !agent_namespace.empty() || !agent_service_account.empty() ||
+                  !authentication_audience.empty();
+  bool all_auth = !agent_namespace.empty() && !agent_service_account.empty() &&
+                  !authentication_audience.empty();
+  if (any_auth && !all_auth) {
+    errors.push_back(
+        "--agent-namespace, --agent-service-account, --authentication-audience: set all three "
+        "or none");
+  }
+  if (any_auth && !cluster_ca_cert.empty()) {
+    errors.push_back("--cluster-ca-cert: cannot be combined with token authentication");
+  }
+  for (const auto& s : proxy_strategies) {
+    if (s != "default" && s != "destHost" && s != "defaultRoute") {
+      errors.push_back("--proxy-strategies: unknown strategy \"" + s +
+                       "\" (want default, destHost, defaultRoute)");
+    }
+  }
+  if (proxy_strategies.empty()) errors.push_back("--proxy-strategies: at least one is needed");
+  if (server_count < 1) errors.push_back("--server-count: must be at least 1");
+  if (xfr_channel_size <= 0) errors.push_back("--xfr-channel-size: must be greater than 0");
+  if (backend_dial_timeout.count() < 0) errors.push_back("--backend-dial-timeout: negative");
+  if (graceful_shutdown_timeout.count() < 0) {
+    errors.push_back("--graceful-shutdown-timeout: negative");
+  }
+  if (!port_ok(admin_port)) errors.push_back("--admin-port: must be 0-65535");
+  if (!port_ok(health_port)) errors.push_back("--health-port: must be 0-65535");
+  if (!tls_min_version.empty() && tls_min_version != "VersionTLS12" &&
+      tls_min_version != "VersionTLS13" && tls_min_version != "VersionTLS10" &&
+      tls_min_version != "VersionTLS11") {
+    errors.push_back("--tls-min-version: unknown version \"" + tls_min_version + "\"");
+  }
+  return errors;
+}
+
+void ServerOptions::print(spdlog::logger& log) const {
+  log.info("proxy-server {}: mode={} frontend={} agent-port={}:{} mTLS-agents={} server-id={} "
+           "server-count={} strategies={} xfr-channel-size={} backend-dial-timeout={}",
+           "starting", mode,
+           uds_name.empty() ? server_bind_address + ":" + std::to_string(server_port)
+                            : "unix:" + uds_name,
+           agent_bind_address, agent_port, !cluster_ca_cert.empty(), server_id, server_count,
+           fmt::join(proxy_strategies, ","), xfr_channel_size,
+           format_go_duration(backend_dial_timeout));
+}
+
+size_t ServerOptions::tunnel_queue_cap_bytes() const {
+  return static_cast<size_t>(xfr_channel_size) * core::tunnel::kCoalesceLimit;
+}
+
+}  // namespace konn::server

@@ -1,0 +1,88 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <spdlog/logger.h>
+
+#include "core/config/duration.h"
+#include "core/config/flag_parser.h"
+
+namespace konn::server {
+
+using core::config::Duration;
+
+// Every proxy-server flag, with upstream ANP's names and defaults so existing manifests work.
+// Immutable after parsing; passed by const& to whoever needs it.
+struct ServerOptions {
+  // Frontend (kube-apiserver side).
+  std::string mode = "grpc";  // grpc | http-connect
+  std::string uds_name;       // non-empty: frontend on this unix socket, plaintext
+  bool delete_existing_uds_file = true;
+  int server_port = 8090;
+  std::string server_bind_address;
+  std::string server_cert;
+  std::string server_key;
+  std::string server_ca_cert;
+  Duration frontend_keepalive_time = std::chrono::hours(1);
+
+  // Agent listener.
+  int agent_port = 8091;
+  std::string agent_bind_address;
+  std::string cluster_cert;
+  std::string cluster_key;
+  std::string cluster_ca_cert;
+  Duration keepalive_time = std::chrono::hours(1);
+
+  // TLS tuning.
+  std::vector<std::string> cipher_suites;
+  std::string tls_min_version;
+
+  // Agent authentication by service-account token.
+  std::string agent_namespace;
+  std::string agent_service_account;
+  std::string authentication_audience;
+  std::string kubeconfig;
+  int kubeconfig_qps = 0;
+  int kubeconfig_burst = 0;
+  std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
+
+  // Routing and HA.
+  std::vector<std::string> proxy_strategies{"default"};
+  std::string server_id;  // default: $PROXY_SERVER_ID, else a fresh UUID
+  int server_count = 1;
+  bool enable_lease_controller = false;
+  std::string lease_namespace = "kube-system";
+  std::string lease_label = "k8s-app=konnectivity-server";
+
+  // Flow control, timeouts, shutdown.
+  int xfr_channel_size = 10;
+  Duration backend_dial_timeout{0};
+  Duration graceful_shutdown_timeout{0};
+
+  // Admin and health.
+  int admin_port = 8095;
+  std::string admin_bind_address = "127.0.0.1";
+  int health_port = 8092;
+  std::string health_bind_address;
+  bool enable_profiling = false;
+  bool enable_contention_profiling = false;
+
+  // Logging (klog names).
+  std::string log_level = "info";
+  std::string log_file;
+
+  // Registers every flag, including accepted-but-ignored upstream ones.
+  void register_flags(core::config::FlagParser& parser);
+  // Fills defaults that depend on the environment (server id).
+  void apply_environment();
+  // Every problem at once, each naming its flag.
+  std::vector<std::string> validate() const;
+  // One line per setting at startup.
+  void print(spdlog::logger& log) const;
+
+  // A tunnel whose queue towards a peer without flow control passes this is closed alone.
+  size_t tunnel_queue_cap_bytes() const;
+};
+
+}  // namespace konn::server

@@ -1,0 +1,92 @@
+#include "proxy-server/server_options.h"
+
+#include <cstdlib>
+
+#include <catch2/catch.hpp>
+
+using konn::server::ServerOptions;
+
+namespace {
+
+std::vector<std::string> parse(ServerOptions& o, std::vector<std::string> args) {
+  konn::core::config::FlagParser p("proxy-server", "test");
+  o.register_flags(p);
+  std::vector<const char*> argv{"proxy-server"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  auto r = p.parse(static_cast<int>(argv.size()), argv.data());
+  o.apply_environment();
+  auto errors = r.errors;
+  for (auto& e : o.validate()) errors.push_back(e);
+  return errors;
+}
+
+bool mentions(const std::vector<std::string>& errors, const std::string& what) {
+  for (const auto& e : errors) {
+    if (e.find(what) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("the upstream grpc-mode manifest command line is accepted unchanged", "[server]") {
+  // The konnectivity-server static pod of the Kubernetes documentation.
+  ServerOptions o;
+  auto errors = parse(o, {"--logtostderr=true",
+                          "--uds-name=/etc/kubernetes/konnectivity-server/konnectivity-server.socket",
+                          "--delete-existing-uds-file",
+                          "--cluster-cert=/etc/kubernetes/pki/apiserver.crt",
+                          "--cluster-key=/etc/kubernetes/pki/apiserver.key",
+                          "--mode=grpc",
+                          "--server-port=0",
+                          "--agent-port=8132",
+                          "--admin-port=8133",
+                          "--health-port=8134",
+                          "--agent-namespace=kube-system",
+                          "--agent-service-account=konnectivity-agent",
+                          "--kubeconfig=/etc/kubernetes/konnectivity-server.conf",
+                          "--authentication-audience=system:konnectivity-server"});
+  INFO((errors.empty() ? "" : errors.front()));
+  CHECK(errors.empty());
+  CHECK(o.agent_port == 8132);
+  CHECK(o.server_port == 0);
+  CHECK(o.delete_existing_uds_file);
+}
+
+TEST_CASE("server id defaults to PROXY_SERVER_ID, else a UUID", "[server]") {
+  ::setenv("PROXY_SERVER_ID", "server-a", 1);
+  ServerOptions a;
+  parse(a, {"--uds-name=/tmp/x.sock", "--server-port=0", "--cluster-cert=c", "--cluster-key=k"});
+  CHECK(a.server_id == "server-a");
+  ::unsetenv("PROXY_SERVER_ID");
+  ServerOptions b;
+  parse(b, {"--uds-name=/tmp/x.sock", "--server-port=0", "--cluster-cert=c", "--cluster-key=k"});
+  CHECK(b.server_id.size() == 36);
+  ServerOptions c;
+  parse(c, {"--server-id=explicit", "--uds-name=/tmp/x.sock", "--server-port=0",
+            "--cluster-cert=c", "--cluster-key=k"});
+  CHECK(c.server_id == "explicit");
+}
+
+TEST_CASE("every invalid server option is reported, naming the flag", "[server]") {
+  ServerOptions o;
+  auto errors = parse(o, {"--mode=udp", "--uds-name=/tmp/s.sock", "--server-port=8090",
+                          "--agent-namespace=kube-system", "--xfr-channel-size=0",
+                          "--proxy-strategies=default,nearest", "--server-count=0",
+                          "--keepalive-time=forever"});
+  CHECK(mentions(errors, "--mode"));
+  CHECK(mentions(errors, "--server-port: must be 0"));
+  CHECK(mentions(errors, "--cluster-cert"));
+  CHECK(mentions(errors, "set all three"));
+  CHECK(mentions(errors, "--xfr-channel-size"));
+  CHECK(mentions(errors, "nearest"));
+  CHECK(mentions(errors, "--server-count"));
+  CHECK(mentions(errors, "--keepalive-time: invalid duration"));
+}
+
+TEST_CASE("a TCP frontend requires its certificates and mTLS CA", "[server]") {
+  ServerOptions o;
+  auto errors = parse(o, {"--server-port=8090", "--cluster-cert=c", "--cluster-key=k"});
+  CHECK(mentions(errors, "--server-cert and --server-key"));
+  CHECK(mentions(errors, "--server-ca-cert"));
+}

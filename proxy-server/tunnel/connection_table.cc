@@ -1,0 +1,39 @@
+#include "proxy-server/tunnel/connection_table.h"
+
+namespace konn::server {
+
+void ConnectionTable::add(int64_t connect_id, std::shared_ptr<Frontend> frontend) {
+  std::lock_guard lock(mu_);
+  conns_[connect_id] = std::move(frontend);
+}
+
+std::shared_ptr<Frontend> ConnectionTable::find(int64_t connect_id) const {
+  std::lock_guard lock(mu_);
+  auto it = conns_.find(connect_id);
+  return it == conns_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Frontend> ConnectionTable::take(int64_t connect_id) {
+  std::lock_guard lock(mu_);
+  auto it = conns_.find(connect_id);
+  if (it == conns_.end()) return nullptr;
+  auto f = std::move(it->second);
+  conns_.erase(it);
+  return f;
+}
+
+std::vector<std::shared_ptr<Frontend>> ConnectionTable::take_all() {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Frontend>> out;
+  out.reserve(conns_.size());
+  for (auto& [id, f] : conns_) out.push_back(std::move(f));
+  conns_.clear();
+  return out;
+}
+
+size_t ConnectionTable::size() const {
+  std::lock_guard lock(mu_);
+  return conns_.size();
+}
+
+}  // namespace konn::server

@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "konnectivity/client.pb.h"
+
+namespace konn::server {
+
+// One tunnel as the backend (agent stream) sees it: the kube-apiserver side of a dial. The gRPC
+// frontend implements it today; the HTTP CONNECT frontend will too. Every method is called on a
+// gRPC thread of the backend's read loop, must not block, and must cope with the frontend having
+// already closed (it then just drops what it is given).
+class Frontend {
+ public:
+  virtual ~Frontend() = default;
+
+  // The agent answered our DIAL_REQ. Returns false when the frontend no longer wants the
+  // connection (it went away or cancelled); the backend then closes it at the agent.
+  virtual bool deliver_dial_response(Packet&& p) = 0;
+  // DATA from the agent for this tunnel.
+  virtual void deliver_data(Packet&& p) = 0;
+  // The agent closed the connection (CLOSE_RSP) or abandoned the dial (DIAL_CLS).
+  virtual void deliver_close(Packet&& p) = 0;
+  // The agent returned send credit (konn flow control only).
+  virtual void deliver_window_update(int64_t bytes) = 0;
+  // The agent stream ended while this tunnel was pending or established.
+  virtual void backend_gone() = 0;
+
+  // "[C<connectID> D<dialID> A<agentID>] " for log lines.
+  virtual std::string log_prefix() const = 0;
+};
+
+}  // namespace konn::server

@@ -1,0 +1,39 @@
+#include "proxy-server/tunnel/pending_dial_table.h"
+
+namespace konn::server {
+
+bool PendingDialTable::add(int64_t random, std::weak_ptr<Frontend> frontend,
+                           const Backend* backend) {
+  std::lock_guard lock(mu_);
+  return entries_.try_emplace(random, Entry{std::move(frontend), backend}).second;
+}
+
+std::optional<PendingDialTable::Entry> PendingDialTable::take(int64_t random) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(random);
+  if (it == entries_.end()) return std::nullopt;
+  Entry e = std::move(it->second);
+  entries_.erase(it);
+  return e;
+}
+
+std::vector<std::weak_ptr<Frontend>> PendingDialTable::take_all(const Backend* backend) {
+  std::vector<std::weak_ptr<Frontend>> out;
+  std::lock_guard lock(mu_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->second.backend == backend) {
+      out.push_back(std::move(it->second.frontend));
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+size_t PendingDialTable::size() const {
+  std::lock_guard lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace konn::server

@@ -1,0 +1,52 @@
+#include "proxy-server/tunnel/pending_dial_table.h"
+
+#include <catch2/catch.hpp>
+
+#include "proxy-server/tunnel/connection_table.h"
+#include "proxy-server/tunnel/frontend.h"
+
+using namespace konn::server;
+
+namespace {
+
+struct NullFrontend : Frontend {
+  bool deliver_dial_response(Packet&&) override { return true; }
+  void deliver_data(Packet&&) override {}
+  void deliver_close(Packet&&) override {}
+  void deliver_window_update(int64_t) override {}
+  void backend_gone() override {}
+  std::string log_prefix() const override { return ""; }
+};
+
+}  // namespace
+
+TEST_CASE("pending dials are keyed by dial id and swept per backend", "[server]") {
+  PendingDialTable t;
+  auto f1 = std::make_shared<NullFrontend>();
+  auto f2 = std::make_shared<NullFrontend>();
+  auto* b1 = reinterpret_cast<const Backend*>(0x1);
+  auto* b2 = reinterpret_cast<const Backend*>(0x2);
+  CHECK(t.add(10, f1, b1));
+  CHECK_FALSE(t.add(10, f2, b2));  // the same dial id twice is refused
+  CHECK(t.add(11, f2, b2));
+  CHECK(t.add(12, f2, b1));
+  auto swept = t.take_all(b1);
+  CHECK(swept.size() == 2);
+  CHECK(t.size() == 1);
+  auto e = t.take(11);
+  REQUIRE(e);
+  CHECK(e->frontend.lock() == f2);
+  CHECK_FALSE(t.take(11));
+}
+
+TEST_CASE("connection table hands out and removes tunnels", "[server]") {
+  ConnectionTable t;
+  auto f = std::make_shared<NullFrontend>();
+  t.add(1, f);
+  t.add(2, f);
+  CHECK(t.find(1) == f);
+  CHECK(t.take(1) == f);
+  CHECK(t.find(1) == nullptr);
+  CHECK(t.take_all().size() == 1);
+  CHECK(t.size() == 0);
+}

@@ -1,0 +1,32 @@
+#pragma once
+
+#include <memory>
+
+#include <asio/io_context.hpp>
+
+#include "proxy-server/backend/backend_registry.h"
+#include "proxy-server/server_options.h"
+#include "proxy-server/tunnel/pending_dial_table.h"
+
+namespace konn::server {
+
+// The state every frontend and backend of one proxy-server shares: the options, the connected
+// agents, the dials awaiting an answer, and an io_context for timers. Owned by ServerApp and
+// outliving every reactor (the gRPC servers are shut down before it is destroyed).
+class Router {
+ public:
+  Router(const ServerOptions& options, asio::io_context& timers);
+
+  const ServerOptions& options() const { return options_; }
+  BackendRegistry& backends() { return backends_; }
+  PendingDialTable& pending() { return pending_; }
+  asio::io_context& timers() { return timers_; }
+
+ private:
+  const ServerOptions& options_;
+  BackendRegistry backends_;
+  PendingDialTable pending_;
+  asio::io_context& timers_;
+};
+
+}  // namespace konn::server
