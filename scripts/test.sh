@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs the whole konn test suite from a clean clone: installs what is missing (Debian packages,
+# the npm packages of the Node interop test), builds with warnings as errors, runs ctest.
+# Usage: scripts/test.sh [extra ctest arguments, e.g. -R e2e]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+if [ -f tests/node/package-lock.json ]; then
+  (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+launcher=()
+if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake --preset ci "${launcher[@]}" >/dev/null
+cmake --build --preset ci -j "$(nproc)"
+ctest --preset ci -j 2 --timeout 600 "$@"
