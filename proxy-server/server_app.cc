@@ -47,7 +47,8 @@ void ServerApp::start() {
   timers_guard_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
       timers_.get_executor());
   timer_thread_ = std::thread([this] { timers_.run(); });
-  router_ = std::make_unique<Router>(options_, timers_);
+  router_ = std::make_unique<Router>(options_, timers_, metrics_);
+  start_admin();
   proxy_service_ = std::make_unique<ProxyServiceImpl>(*router_);
   agent_service_ = std::make_unique<AgentServiceImpl>(*router_);
 
@@ -107,6 +108,35 @@ void ServerApp::start() {
   }
 }
 
+void ServerApp::start_admin() {
+  auto metrics = [this](const std::string&) {
+    return core::admin::Response{200, "text/plain; version=0.0.4; charset=utf-8",
+                                 registry_.serialize(), {}};
+  };
+  auto ok = [](const std::string&) { return core::admin::Response{200, "text/plain", "ok", {}}; };
+  auto ready = [this](const std::string& query) {
+    std::vector<core::admin::Check> checks{
+        {"ping", [] { return std::optional<std::string>(); }},
+        {"backends", [this]() -> std::optional<std::string> {
+           if (router_->backends().ready()) return std::nullopt;
+           return "no connection to any proxy agent";
+         }}};
+    return core::admin::readiness(checks, query.find("verbose") != std::string::npos);
+  };
+  health_ = std::make_unique<core::admin::AdminServer>("health", options_.health_bind_address,
+                                                       options_.health_port);
+  health_->route("/healthz", ok);
+  health_->route("/livez", ok);
+  health_->route("/readyz", ready);
+  health_->route("/ready", ready);
+  health_->route("/metrics", metrics);
+  health_->start();
+  admin_ = std::make_unique<core::admin::AdminServer>("admin", options_.admin_bind_address,
+                                                      options_.admin_port);
+  admin_->route("/metrics", metrics);
+  admin_->start();
+}
+
 int ServerApp::run() {
   core::io::ShutdownSignals signals(
       signals_ctx_,
@@ -137,6 +167,8 @@ void ServerApp::shutdown() {
   agent_server_.reset();
   timers_guard_.reset();
   timers_.stop();
+  if (health_) health_->stop();
+  if (admin_) admin_->stop();
   if (timer_thread_.joinable()) timer_thread_.join();
   KONN_LOG(log_, info, "proxy-server stopped");
 }

@@ -7,6 +7,9 @@
 #include <grpcpp/server.h>
 #include <spdlog/logger.h>
 
+#include "core/admin/admin_server.h"
+#include "core/metrics/metrics.h"
+#include "proxy-server/server_metrics.h"
 #include "proxy-server/server_options.h"
 
 namespace konn::server {
@@ -32,13 +35,20 @@ class ServerApp {
   // Bound ports (useful when 0 was asked for).
   int agent_port() const { return agent_port_; }
   int frontend_port() const { return frontend_port_; }
+  int health_port() const { return health_ ? health_->port() : 0; }
+  int admin_port() const { return admin_ ? admin_->port() : 0; }
   Router& router() { return *router_; }
 
  private:
   void shutdown();
+  void start_admin();
 
   const ServerOptions& options_;
   std::shared_ptr<spdlog::logger> log_;
+  core::metrics::Registry registry_;
+  ServerMetrics metrics_{registry_};
+  std::unique_ptr<core::admin::AdminServer> health_;
+  std::unique_ptr<core::admin::AdminServer> admin_;
   asio::io_context timers_;
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> timers_guard_;
   std::thread timer_thread_;

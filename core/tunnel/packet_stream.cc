@@ -8,6 +8,8 @@ bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
   const Packet* write = nullptr;
   grpc::WriteOptions opts;
   Action action = Action::None;
+  if (closing()) return false;
+  on_queued(p);
   {
     std::lock_guard lock(mu_);
     if (closing_) return false;

@@ -80,6 +80,8 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   virtual void on_packet(Packet&& p) = 0;
   // The read side ended: the peer finished or the stream broke (`ok` false means broken).
   virtual void on_read_end() = 0;
+  // A packet was accepted by send() (for metrics). Called with no lock held, before queueing.
+  virtual void on_queued(const Packet& /*p*/) {}
 
  private:
   struct Item {

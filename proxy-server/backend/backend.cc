@@ -30,6 +30,7 @@ Backend::Backend(grpc::CallbackServerContext* ctx, Router& router)
 Backend* Backend::start(grpc::CallbackServerContext* ctx, Router& router) {
   std::shared_ptr<Backend> b(new Backend(ctx, router));
   b->self_ = b;
+  router.metrics().grpc_connect.Increment();
   b->begin();
   return b.get();
 }
@@ -83,7 +84,7 @@ void Backend::begin() {
     ctx_->AddInitialMetadata(core::tunnel::kFlowControlHeader, core::tunnel::kFlowControlVersion);
   }
   StartSendInitialMetadata();
-  router_.backends().add(self_);
+  router_.add_backend(self_);
   registered_ = true;
   size_t same = router_.backends().streams_of(agent_id_);
   KONN_LOG(log_, info, "agent connected agentID={} peer={} identifiers={} flowControl={}{}",
@@ -96,7 +97,12 @@ void Backend::OnSendInitialMetadataDone(bool ok) {
   if (!ok) close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "agent stream broken"), true);
 }
 
+void Backend::on_queued(const Packet& p) {
+  router_.metrics().packet(ServerMetrics::ToAgent, p.type());
+}
+
 void Backend::on_packet(Packet&& p) {
+  router_.metrics().packet(ServerMetrics::FromAgent, p.type());
   switch (p.type()) {
     case DIAL_RSP:
       on_dial_response(std::move(p));
@@ -145,6 +151,7 @@ void Backend::on_dial_response(Packet&& p) {
   int64_t id = rsp.connectid();
   auto entry = router_.pending().take(random);
   if (!entry) {
+    router_.metrics().dial_failure("unrecognized_response");
     KONN_LOG(log_, debug, "[C{} D{} A{}] DIAL_RSP for no pending dial (the frontend gave up)", id,
              random, agent_id_);
     if (id != 0 && rsp.error().empty()) send(make_close_request(id));
@@ -152,16 +159,19 @@ void Backend::on_dial_response(Packet&& p) {
   }
   auto f = entry->frontend.lock();
   if (!rsp.error().empty()) {
+    router_.metrics().dial_failure("error_response");
     if (f) f->deliver_dial_response(std::move(p));
     return;
   }
   if (!f) {
+    router_.metrics().dial_failure("send_rsp");
     send(make_close_request(id));
     return;
   }
   // Register before delivering: the agent's first DATA for `id` is read only after this returns.
   connections_.add(id, f);
   if (!f->deliver_dial_response(std::move(p))) {
+    router_.metrics().dial_failure("send_rsp");
     connections_.take(id);
     send(make_close_request(id));
   }
@@ -169,9 +179,10 @@ void Backend::on_dial_response(Packet&& p) {
 
 void Backend::on_read_end() {
   if (registered_.exchange(false)) {
-    router_.backends().remove(this);
+    router_.remove_backend(this);
     size_t pending = 0;
     for (auto& weak : router_.pending().take_all(this)) {
+      router_.metrics().dial_failure("backend_close");
       if (auto f = weak.lock()) {
         f->backend_gone();
         ++pending;
@@ -188,6 +199,7 @@ void Backend::on_read_end() {
 
 void Backend::OnDone() {
   mark_done();
+  router_.metrics().grpc_connect.Decrement();
   on_read_end();  // idempotent; covers streams finished before reading began
   self_.reset();  // may destroy this
 }

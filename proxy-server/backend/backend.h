@@ -58,6 +58,7 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>,
   void cancel_op() override { ctx_->TryCancel(); }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
+  void on_queued(const Packet& p) override;
 
   void on_dial_response(Packet&& p);
 

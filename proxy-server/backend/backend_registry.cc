@@ -42,27 +42,29 @@ std::shared_ptr<Backend> BackendRegistry::pick(std::string_view dest_host) {
 }
 
 bool BackendRegistry::ready() const {
+  // Ready when the first strategy can route anywhere (for destHost: any agent announced an
+  // address at all), as upstream decides readiness.
+  return !strategies_.empty() && usable_by(strategies_.front()) > 0;
+}
+
+size_t BackendRegistry::usable_by(ProxyStrategy strategy) const {
   std::lock_guard lock(mu_);
-  if (strategies_.empty()) return false;
-  std::vector<Candidate> candidates;
+  size_t n = 0;
   for (const auto& [id, streams] : agents_) {
-    candidates.push_back(Candidate{&streams.back()->identifiers(), false});
+    const auto& ids = streams.back()->identifiers();
+    switch (strategy) {
+      case ProxyStrategy::Default:
+        ++n;
+        break;
+      case ProxyStrategy::DestHost:
+        if (!ids.hosts.empty() || !ids.ipv4.empty() || !ids.ipv6.empty() || !ids.cidrs.empty()) ++n;
+        break;
+      case ProxyStrategy::DefaultRoute:
+        if (ids.default_route) ++n;
+        break;
+    }
   }
-  // Readiness asks whether the first strategy can route anywhere: for destHost, whether any
-  // agent announced an address at all.
-  switch (strategies_.front()) {
-    case ProxyStrategy::Default:
-      return !candidates.empty();
-    case ProxyStrategy::DestHost:
-      return std::any_of(candidates.begin(), candidates.end(), [](const Candidate& c) {
-        return !c.identifiers->hosts.empty() || !c.identifiers->ipv4.empty() ||
-               !c.identifiers->ipv6.empty() || !c.identifiers->cidrs.empty();
-      });
-    case ProxyStrategy::DefaultRoute:
-      return std::any_of(candidates.begin(), candidates.end(),
-                         [](const Candidate& c) { return c.identifiers->default_route; });
-  }
-  return false;
+  return n;
 }
 
 size_t BackendRegistry::agent_count() const {

@@ -28,6 +28,8 @@ class BackendRegistry {
   // Ready when the first strategy could route somewhere (upstream's readiness rule).
   bool ready() const;
   size_t agent_count() const;
+  // Agents the strategy could route to at all (ready_backends{proxy_strategy}).
+  size_t usable_by(ProxyStrategy strategy) const;
   // How many streams share `agent_id` (for the duplicate-id warning).
   size_t streams_of(const std::string& agent_id) const;
 

@@ -48,6 +48,7 @@ GrpcFrontend::~GrpcFrontend() = default;
 GrpcFrontend* GrpcFrontend::start(grpc::CallbackServerContext* ctx, Router& router) {
   std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(ctx, router));
   f->self_ = f;
+  router.metrics().grpc_proxy.Increment();
   KONN_LOG(f->log_, debug, "frontend stream opened peer={}", ctx->peer());
   f->start_reading();
   return f.get();
@@ -68,7 +69,12 @@ void GrpcFrontend::set_reason(const std::string& reason) {
   if (close_reason_.empty()) close_reason_ = reason;
 }
 
+void GrpcFrontend::on_queued(const Packet& p) {
+  router_.metrics().packet(ServerMetrics::ToClient, p.type());
+}
+
 void GrpcFrontend::on_packet(Packet&& p) {
+  router_.metrics().packet(ServerMetrics::FromClient, p.type());
   switch (p.type()) {
     case DIAL_REQ:
       on_dial_request(std::move(p));
@@ -102,11 +108,13 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
     state_ = State::Dialing;
     random_ = random;
     address_ = req.address();
+    dial_started_ = std::chrono::steady_clock::now();
   }
   auto hp = core::net::parse_host_port(req.address());
   std::string host = hp ? hp->host : req.address();
   auto backend = router_.backends().pick(host);
   if (!backend) {
+    router_.metrics().dial_failure("no_agent");
     fail_dial(random, "No agent available");
     return;
   }
@@ -156,6 +164,11 @@ bool GrpcFrontend::deliver_dial_response(Packet&& p) {
     } else {
       state_ = State::Established;
       connect_id_ = rsp.connectid();
+      established_at_ = std::chrono::steady_clock::now();
+      counted_established_ = true;
+      router_.metrics().dial_duration.Observe(
+          std::chrono::duration<double>(established_at_ - dial_started_).count());
+      router_.metrics().established.Increment();
     }
   }
   if (failed) {
@@ -183,18 +196,21 @@ void GrpcFrontend::on_client_data(Packet&& p) {
     to_agent_queued_ += bytes;
     // Pausing is idempotent and never starts a read, so it is safe under mu_; resuming is not.
     if (to_agent_queued_ > kToAgentHigh) {
+      if (!paused_queue_) router_.metrics().reads_paused_total.Add({{"reason", "queue_full"}}).Increment();
       paused_queue_ = true;
       pause_reading(PauseReason::QueueFull);
     }
     if (flow_control_) {
       to_agent_credit_ -= bytes;
       if (to_agent_credit_ <= 0) {
+        if (!paused_credit_) router_.metrics().reads_paused_total.Add({{"reason", "no_credit"}}).Increment();
         paused_credit_ = true;
         pause_reading(PauseReason::NoCredit);
       }
     }
   }
   bytes_from_client_ += static_cast<uint64_t>(bytes);
+  router_.metrics().bytes_to_agent.Increment(static_cast<double>(bytes));
   // The aliasing shared_ptr keeps this frontend alive while its bytes sit in the backend queue.
   std::shared_ptr<core::tunnel::WriteListener> listener(self_ptr(), &to_agent_listener_);
   backend->send(std::move(p), std::move(listener));
@@ -239,6 +255,7 @@ void GrpcFrontend::deliver_data(Packet&& p) {
     return;
   }
   bytes_to_client_ += bytes;
+  router_.metrics().bytes_to_client.Increment(static_cast<double>(bytes));
   std::shared_ptr<core::tunnel::WriteListener> listener(self_ptr(), &to_client_listener_);
   send(std::move(p), std::move(listener));
 }
@@ -271,6 +288,7 @@ void GrpcFrontend::overflow() {
     backend = backend_;
     id = connect_id_;
   }
+  router_.metrics().tunnels_over_cap_total.Add({}).Increment();
   KONN_CONN_LOG(log_, warn, *this,
                 "closing tunnel: the client stopped reading and {} bytes wait (cap {}); other "
                 "tunnels of agent are unaffected",
@@ -319,7 +337,10 @@ void GrpcFrontend::on_dial_close(const Packet& p) {
     random = random_;
   }
   // Unlike upstream, the agent hears about it and can abandon the dial.
-  if (router_.pending().take(random)) backend->send(make_close_dial(random));
+  if (router_.pending().take(random)) {
+    router_.metrics().dial_failure("frontend_close");
+    backend->send(make_close_dial(random));
+  }
   close(grpc::Status::OK);
 }
 
@@ -382,7 +403,10 @@ void GrpcFrontend::on_read_end() {
   }
   switch (prev) {
     case State::Dialing:
-      if (router_.pending().take(random)) backend->send(make_close_dial(random));
+      if (router_.pending().take(random)) {
+        router_.metrics().dial_failure("frontend_close");
+        backend->send(make_close_dial(random));
+      }
       close(grpc::Status::OK);
       return;
     case State::Established:
@@ -417,6 +441,7 @@ void GrpcFrontend::on_dial_timeout() {
     backend = backend_;
   }
   if (!router_.pending().take(random)) return;  // the answer won the race
+  router_.metrics().dial_failure("backend_dial_timeout");
   backend->send(make_close_dial(random));
   fail_dial(random, "Backend dial timeout");
 }
@@ -439,9 +464,16 @@ void GrpcFrontend::on_close_timeout() {
 
 void GrpcFrontend::OnDone() {
   mark_done();
+  router_.metrics().grpc_proxy.Decrement();
   {
     std::lock_guard lock(mu_);
     timer_.reset();
+    if (counted_established_) {
+      router_.metrics().established.Decrement();
+      router_.metrics().connection_duration.Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - established_at_)
+              .count());
+    }
   }
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - started_)

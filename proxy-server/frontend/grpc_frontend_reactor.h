@@ -81,6 +81,7 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   void cancel_op() override { ctx_->TryCancel(); }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
+  void on_queued(const Packet& p) override;
 
   void on_dial_request(Packet&& p);
   void on_client_data(Packet&& p);
@@ -121,6 +122,9 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   bool paused_queue_ = false;
   bool paused_credit_ = false;
   std::string close_reason_;
+  std::chrono::steady_clock::time_point dial_started_;
+  std::chrono::steady_clock::time_point established_at_;
+  bool counted_established_ = false;
   std::unique_ptr<asio::steady_timer> timer_;
 };
 

@@ -5,7 +5,9 @@ namespace konn::server {
 bool PendingDialTable::add(int64_t random, std::weak_ptr<Frontend> frontend,
                            const Backend* backend) {
   std::lock_guard lock(mu_);
-  return entries_.try_emplace(random, Entry{std::move(frontend), backend}).second;
+  bool added = entries_.try_emplace(random, Entry{std::move(frontend), backend}).second;
+  update_gauge_locked();
+  return added;
 }
 
 std::optional<PendingDialTable::Entry> PendingDialTable::take(int64_t random) {
@@ -14,6 +16,7 @@ std::optional<PendingDialTable::Entry> PendingDialTable::take(int64_t random) {
   if (it == entries_.end()) return std::nullopt;
   Entry e = std::move(it->second);
   entries_.erase(it);
+  update_gauge_locked();
   return e;
 }
 
@@ -28,6 +31,7 @@ std::vector<std::weak_ptr<Frontend>> PendingDialTable::take_all(const Backend* b
       ++it;
     }
   }
+  update_gauge_locked();
   return out;
 }
 

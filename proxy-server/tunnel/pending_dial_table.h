@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <prometheus/gauge.h>
+
 namespace konn::server {
 
 class Backend;
@@ -28,8 +30,14 @@ class PendingDialTable {
   // Removes and returns every entry routed to `backend` (its stream ended).
   std::vector<std::weak_ptr<Frontend>> take_all(const Backend* backend);
   size_t size() const;
+  // Keeps `gauge` equal to size() (pending_backend_dials).
+  void set_gauge(prometheus::Gauge* gauge) { gauge_ = gauge; }
 
  private:
+  void update_gauge_locked() {
+    if (gauge_ != nullptr) gauge_->Set(static_cast<double>(entries_.size()));
+  }
+  prometheus::Gauge* gauge_ = nullptr;
   mutable std::mutex mu_;
   std::unordered_map<int64_t, Entry> entries_;
 };

@@ -5,6 +5,7 @@
 #include <asio/io_context.hpp>
 
 #include "proxy-server/backend/backend_registry.h"
+#include "proxy-server/server_metrics.h"
 #include "proxy-server/server_options.h"
 #include "proxy-server/tunnel/pending_dial_table.h"
 
@@ -15,18 +16,24 @@ namespace konn::server {
 // outliving every reactor (the gRPC servers are shut down before it is destroyed).
 class Router {
  public:
-  Router(const ServerOptions& options, asio::io_context& timers);
+  Router(const ServerOptions& options, asio::io_context& timers, ServerMetrics& metrics);
 
   const ServerOptions& options() const { return options_; }
   BackendRegistry& backends() { return backends_; }
   PendingDialTable& pending() { return pending_; }
   asio::io_context& timers() { return timers_; }
+  ServerMetrics& metrics() { return metrics_; }
+  // Registry changes go through these so the ready_backends gauges follow.
+  void add_backend(const std::shared_ptr<Backend>& backend);
+  void remove_backend(const Backend* backend);
 
  private:
   const ServerOptions& options_;
   BackendRegistry backends_;
   PendingDialTable pending_;
   asio::io_context& timers_;
+  ServerMetrics& metrics_;
+  void update_ready_gauges();
 };
 
 }  // namespace konn::server

@@ -1,0 +1,148 @@
+#include "core/admin/admin_server.h"
+
+#include <asio.hpp>
+
+#include "core/http/http1_parser.h"
+#include "core/io/asio_compat.h"
+#include "core/log/log_macros.h"
+#include "core/net/listener.h"
+
+namespace konn::core::admin {
+namespace {
+
+constexpr size_t kMaxHead = 64 * 1024;
+constexpr std::chrono::seconds kHeadTimeout(10);
+
+const char* reason_of(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 301: return "Moved Permanently";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Unknown";
+  }
+}
+
+std::string render(const Response& r, bool head_only, bool keep_alive) {
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + reason_of(r.status) + "\r\n";
+  out += "Content-Type: " + r.content_type + "\r\n";
+  out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+  out += "X-Content-Type-Options: nosniff\r\n";
+  if (!r.location.empty()) out += "Location: " + r.location + "\r\n";
+  if (!keep_alive) out += "Connection: close\r\n";
+  out += "\r\n";
+  if (!head_only) out += r.body;
+  return out;
+}
+
+}  // namespace
+
+Response readiness(const std::vector<Check>& checks, bool verbose) {
+  std::string list;
+  bool ok = true;
+  for (const auto& c : checks) {
+    auto failure = c.run();
+    if (failure) {
+      ok = false;
+      list += "[-]" + c.name + " failed: " + *failure + "\n";
+    } else {
+      list += "[+]" + c.name + " ok\n";
+    }
+  }
+  Response r;
+  if (ok) {
+    r.body = verbose ? list + "readyz check passed\n" : "ok";
+  } else {
+    r.status = 503;
+    r.body = list + "readyz check failed\n";
+  }
+  return r;
+}
+
+AdminServer::AdminServer(std::string name, std::string bind_address, uint16_t port)
+    : name_(std::move(name)), bind_address_(std::move(bind_address)), port_(port),
+      acceptor_(ctx_) {}
+
+AdminServer::~AdminServer() { stop(); }
+
+void AdminServer::route(const std::string& path, Handler handler) {
+  routes_[path] = std::move(handler);
+}
+
+void AdminServer::start() {
+  acceptor_ = net::listen_tcp(ctx_, bind_address_, port_);
+  port_ = acceptor_.local_endpoint().port();
+  accept();
+  thread_ = std::thread([this] { ctx_.run(); });
+  KONN_LOG(log::get("admin"), info, "{} listening on {}:{}", name_,
+           bind_address_.empty() ? "*" : bind_address_, port_);
+}
+
+void AdminServer::stop() {
+  if (stopped_.exchange(true)) return;
+  ctx_.stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+Response AdminServer::dispatch(const std::string& method, const std::string& target) {
+  if (method != "GET" && method != "HEAD") {
+    return Response{405, "text/plain; charset=utf-8", "method not allowed\n", {}};
+  }
+  auto q = target.find('?');
+  std::string path = target.substr(0, q);
+  std::string query = q == std::string::npos ? "" : target.substr(q + 1);
+  auto it = routes_.find(path);
+  if (it == routes_.end()) return Response{404, "text/plain; charset=utf-8", "404 page not found\n", {}};
+  return it->second(query);
+}
+
+void AdminServer::accept() {
+  acceptor_.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
+    if (ec) {
+      if (ec != asio::error::operation_aborted && !stopped_) accept();
+      return;
+    }
+    asio::co_spawn(
+        ctx_,
+        [this, s = std::move(socket)]() mutable -> io::Awaitable<void> {
+          using namespace asio::experimental::awaitable_operators;
+          http::Http1Parser parser(http::Http1Parser::Kind::Request, kMaxHead);
+          std::string buf(16 * 1024, '\0');
+          for (;;) {
+            asio::steady_timer deadline(s.get_executor(), kHeadTimeout);
+            bool complete = false;
+            while (!complete) {
+              auto r = co_await (s.async_read_some(asio::buffer(buf), io::use_nothrow) ||
+                                 deadline.async_wait(io::use_nothrow));
+              if (r.index() == 1) co_return;  // slow client: drop it
+              auto [rec, n] = std::get<0>(r);
+              if (rec) co_return;
+              auto res = parser.feed(std::string_view(buf.data(), n));
+              if (res.status == http::Http1Parser::Status::Invalid) {
+                Response bad{parser.error_status(), "text/plain; charset=utf-8",
+                             parser.error() + "\n", {}};
+                co_await asio::async_write(s, asio::buffer(render(bad, false, false)),
+                                           io::use_nothrow);
+                co_return;
+              }
+              complete = res.status == http::Http1Parser::Status::MessageComplete;
+            }
+            const auto& head = parser.head();
+            Response rsp = dispatch(head.method, head.target);
+            bool keep = head.keep_alive;
+            auto [wec, w] = co_await asio::async_write(
+                s, asio::buffer(render(rsp, head.method == "HEAD", keep)), io::use_nothrow);
+            if (wec || !keep) co_return;
+            parser.reset();
+          }
+        },
+        asio::detached);
+    accept();
+  });
+}
+
+}  // namespace konn::core::admin

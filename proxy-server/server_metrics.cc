@@ -1,0 +1,98 @@
+#include "proxy-server/server_metrics.h"
+
+#include "core/tunnel/packet.h"
+
+namespace konn::server {
+namespace {
+
+const std::string kPrefix = "konnectivity_network_proxy_server_";
+
+template <typename Builder>
+auto& build(Builder b, core::metrics::Registry& r, const std::string& name,
+            const std::string& help) {
+  return b.Name(kPrefix + name).Help(help).Register(r.prometheus());
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(core::metrics::Registry& r)
+    : dial_duration_seconds(build(prometheus::BuildHistogram(), r, "dial_duration_seconds",
+                                  "Latency of dial to the remote endpoint in seconds")),
+      frontend_write_duration_seconds(build(prometheus::BuildHistogram(), r,
+                                            "frontend_write_duration_seconds",
+                                            "Latency of write to the frontend in seconds")),
+      connection_duration_seconds(build(prometheus::BuildHistogram(), r,
+                                        "connection_duration_seconds",
+                                        "Duration of established tunnels in seconds")),
+      grpc_connections(build(prometheus::BuildGauge(), r, "grpc_connections",
+                             "Number of current grpc connections, partitioned by service method")),
+      http_connections(build(prometheus::BuildGauge(), r, "http_connections",
+                             "Number of current HTTP CONNECT connections")),
+      ready_backend_connections(build(prometheus::BuildGauge(), r, "ready_backend_connections",
+                                      "Number of konnectivity agent connected to the proxy "
+                                      "server (deprecated: use ready_backends)")),
+      ready_backends(build(prometheus::BuildGauge(), r, "ready_backends",
+                           "Number of konnectivity agents connected, per proxy strategy")),
+      pending_backend_dials(build(prometheus::BuildGauge(), r, "pending_backend_dials",
+                                  "Current number of pending backend dial requests")),
+      established_connections(build(prometheus::BuildGauge(), r, "established_connections",
+                                    "Current number of established end-to-end connections")),
+      full_receive_channels(build(prometheus::BuildGauge(), r, "full_receive_channels",
+                                  "Number of current connections blocked by a full receive "
+                                  "channel, partitioned by service method")),
+      dial_failure_count(build(prometheus::BuildCounter(), r, "dial_failure_count",
+                               "Number of dial failures observed, by reason")),
+      stream_packets_total(build(prometheus::BuildCounter(), r, "stream_packets_total",
+                                 "Count of packets processed, by segment and packet type")),
+      stream_errors_total(build(prometheus::BuildCounter(), r, "stream_errors_total",
+                                "Count of gRPC stream errors, by segment, code and packet type")),
+      culled_leases_count(build(prometheus::BuildCounter(), r, "culled_leases_count",
+                                "Count of expired leases that the lease garbage collection "
+                                "controller has culled")),
+      tunnels_over_cap_total(build(prometheus::BuildCounter(), r, "tunnels_over_cap_total",
+                                   "konn: tunnels closed alone because their client stopped "
+                                   "reading and their queue passed its cap")),
+      reads_paused_total(build(prometheus::BuildCounter(), r, "reads_paused_total",
+                               "konn: times a frontend stream's reading was paused, by reason")),
+      bytes_total(build(prometheus::BuildCounter(), r, "bytes_total",
+                        "konn: tunnel payload bytes, by direction (to_agent, to_client)")),
+      grpc_proxy(grpc_connections.Add({{"service_method", "Proxy"}})),
+      grpc_connect(grpc_connections.Add({{"service_method", "Connect"}})),
+      pending(pending_backend_dials.Add({})),
+      established(established_connections.Add({})),
+      dial_duration(dial_duration_seconds.Add(
+          {}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 0.005, 0.025, 0.1, 0.5,
+                                                      2.5, 12.5})),
+      connection_duration(connection_duration_seconds.Add(
+          {}, prometheus::Histogram::BucketBoundaries{1, 10, 60, 300, 1800, 3600, 21600,
+                                                      86400})),
+      bytes_to_agent(bytes_total.Add({{"direction", "to_agent"}})),
+      bytes_to_client(bytes_total.Add({{"direction", "to_client"}})) {
+  frontend_write_duration_seconds.Add(
+      {}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 0.001, 0.01, 0.1, 1});
+  ready_backend_connections.Add({});
+  http_connections.Add({});
+  culled_leases_count.Add({});
+  tunnels_over_cap_total.Add({});
+  for (const char* m : {"Proxy", "Connect"}) full_receive_channels.Add({{"service_method", m}});
+  for (const char* reason : {"no_agent", "error_response", "unrecognized_response", "send_rsp",
+                             "backend_close", "backend_dial_timeout", "frontend_close"}) {
+    dial_failure_count.Add({{"reason", reason}});
+  }
+  const char* segments[kSegments] = {"from_client", "to_client", "from_agent", "to_agent"};
+  for (int seg = 0; seg < kSegments; ++seg) {
+    for (int t = 0; t < kTypes; ++t) {
+      std::string type = t <= 6 ? core::tunnel::type_name(t)
+                                : t == 7 ? core::tunnel::type_name(KONN_WINDOW_UPDATE) : "Unknown";
+      packets_[seg][t] =
+          &stream_packets_total.Add({{"segment", segments[seg]}, {"packet_type", type}});
+    }
+  }
+}
+
+void ServerMetrics::packet(Segment segment, int type) {
+  int index = type >= 0 && type <= 6 ? type : type == KONN_WINDOW_UPDATE ? 7 : 8;
+  packets_[segment][index]->Increment();
+}
+
+}  // namespace konn::server

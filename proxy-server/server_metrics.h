@@ -1,0 +1,60 @@
+#pragma once
+
+#include <string>
+
+#include "core/metrics/metrics.h"
+
+namespace konn::server {
+
+// Every proxy-server metric, with upstream ANP's names, types and labels (prefix
+// konnectivity_network_proxy_server_), plus konn's own (marked). Built once per server from its
+// registry; the families live in the registry, this struct holds references.
+struct ServerMetrics {
+  explicit ServerMetrics(core::metrics::Registry& registry);
+
+  // Upstream.
+  prometheus::Family<prometheus::Histogram>& dial_duration_seconds;
+  prometheus::Family<prometheus::Histogram>& frontend_write_duration_seconds;
+  prometheus::Family<prometheus::Histogram>& connection_duration_seconds;
+  prometheus::Family<prometheus::Gauge>& grpc_connections;  // service_method
+  prometheus::Family<prometheus::Gauge>& http_connections;
+  prometheus::Family<prometheus::Gauge>& ready_backend_connections;
+  prometheus::Family<prometheus::Gauge>& ready_backends;  // proxy_strategy
+  prometheus::Family<prometheus::Gauge>& pending_backend_dials;
+  prometheus::Family<prometheus::Gauge>& established_connections;
+  prometheus::Family<prometheus::Gauge>& full_receive_channels;  // service_method
+  prometheus::Family<prometheus::Counter>& dial_failure_count;  // reason (no _total, as upstream)
+  prometheus::Family<prometheus::Counter>& stream_packets_total;  // segment, packet_type
+  prometheus::Family<prometheus::Counter>& stream_errors_total;   // segment, code, packet_type
+  prometheus::Family<prometheus::Counter>& culled_leases_count;
+  // konn's own.
+  prometheus::Family<prometheus::Counter>& tunnels_over_cap_total;
+  prometheus::Family<prometheus::Counter>& reads_paused_total;  // reason
+  prometheus::Family<prometheus::Counter>& bytes_total;         // direction
+
+  prometheus::Gauge& grpc_proxy;
+  prometheus::Gauge& grpc_connect;
+  prometheus::Gauge& pending;
+  prometheus::Gauge& established;
+  prometheus::Histogram& dial_duration;
+  prometheus::Histogram& connection_duration;
+  prometheus::Counter& bytes_to_agent;
+  prometheus::Counter& bytes_to_client;
+
+  void dial_failure(const std::string& reason) {
+    dial_failure_count.Add({{"reason", reason}}).Increment();
+  }
+  enum Segment { FromClient, ToClient, FromAgent, ToAgent, kSegments };
+  // Counts one packet; lock-free after construction (counters are looked up once).
+  void packet(Segment segment, int type);
+  // Recomputes ready_backends{proxy_strategy} and ready_backend_connections.
+  void set_ready(const std::string& strategy, double agents) {
+    ready_backends.Add({{"proxy_strategy", strategy}}).Set(agents);
+  }
+
+ private:
+  static constexpr int kTypes = 9;  // DIAL_REQ..DRAIN, KONN_WINDOW_UPDATE, anything else
+  prometheus::Counter* packets_[kSegments][kTypes] = {};
+};
+
+}  // namespace konn::server
