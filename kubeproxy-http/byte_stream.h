@@ -1,0 +1,107 @@
+#pragma once
+
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <variant>
+
+#include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/ssl/stream.hpp>
+#include <asio/write.hpp>
+
+#include "core/io/asio_compat.h"
+
+namespace konn::kubeproxy {
+
+// One connected byte stream of any of the kinds the proxy handles: TCP, a unix socket, or TLS over
+// TCP (handshake already done). Lets the HTTP code be written once. Like the sockets it wraps, it
+// allows one read and one write in flight at the same time.
+class ByteStream {
+ public:
+  using Tcp = asio::ip::tcp::socket;
+  using Unix = asio::local::stream_protocol::socket;
+  using Tls = asio::ssl::stream<Tcp>;
+  using IoResult = std::tuple<std::error_code, size_t>;
+
+ private:
+  std::variant<Tcp, Unix, std::unique_ptr<Tls>> impl_;
+
+  template <typename F>
+  decltype(auto) visit(F&& f) {
+    return std::visit(
+        [&](auto& s) -> decltype(auto) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(s)>, std::unique_ptr<Tls>>) {
+            return f(*s);
+          } else {
+            return f(s);
+          }
+        },
+        impl_);
+  }
+
+ public:
+
+  explicit ByteStream(Tcp s) : impl_(std::move(s)) {}
+  explicit ByteStream(Unix s) : impl_(std::move(s)) {}
+  explicit ByteStream(std::unique_ptr<Tls> s) : impl_(std::move(s)) {}
+
+  asio::any_io_executor get_executor() {
+    return visit([](auto& s) { return asio::any_io_executor(s.get_executor()); });
+  }
+
+  // Reads what is available (at least one byte), or an error/EOF.
+  core::io::Awaitable<IoResult> read_some(asio::mutable_buffer buf) {
+    return visit([&](auto& s) { return s.async_read_some(buf, core::io::use_nothrow); });
+  }
+
+  // Writes every byte of `bufs` (a buffer sequence that must stay alive until completion).
+  template <typename Buffers>
+  core::io::Awaitable<IoResult> write(const Buffers& bufs) {
+    return visit([&](auto& s) { return asio::async_write(s, bufs, core::io::use_nothrow); });
+  }
+
+  // Half-close: the peer reads EOF; our reads continue. For TLS this closes the TCP send side
+  // without close_notify, which Go peers accept as EOF at a record boundary.
+  void shutdown_send() {
+    std::error_code ignored;
+    lowest().shutdown(asio::socket_base::shutdown_send, ignored);
+  }
+
+  // Closes the connection; pending operations complete with operation_aborted. Idempotent.
+  void close() {
+    std::error_code ignored;
+    lowest().close(ignored);
+  }
+
+  bool is_open() { return lowest().is_open(); }
+
+  // The underlying socket, for options (keepalive, nodelay).
+  bool is_tls() const { return std::holds_alternative<std::unique_ptr<Tls>>(impl_); }
+
+  Tcp* tcp() {
+    if (auto* t = std::get_if<Tcp>(&impl_)) return t;
+    if (auto* s = std::get_if<std::unique_ptr<Tls>>(&impl_)) return &(*s)->next_layer();
+    return nullptr;
+  }
+
+ private:
+  // Exception: a small variant of socket kinds instead of a virtual interface: every operation is
+  // a coroutine already and the set of kinds is closed.
+  struct Lowest {
+    ByteStream& self;
+    template <typename... A>
+    void shutdown(A&&... a) {
+      self.visit([&](auto& s) { s.lowest_layer().shutdown(a...); });
+    }
+    void close(std::error_code& ec) {
+      self.visit([&](auto& s) { s.lowest_layer().close(ec); });
+    }
+    bool is_open() {
+      return self.visit([](auto& s) { return s.lowest_layer().is_open(); });
+    }
+  };
+  Lowest lowest() { return Lowest{*this}; }
+};
+
+}  // namespace konn::kubeproxy

@@ -1,0 +1,156 @@
+#include "kubeproxy-http/connect_proxy.h"
+
+#include <vector>
+
+#include "core/http/http1_parser.h"
+#include "core/http/http1_writer.h"
+#include "core/log/log_macros.h"
+#include "core/net/endpoint.h"
+#include "kubeproxy-http/upgrade.h"
+#include "kubeproxy-http/upstream_dialer.h"
+
+namespace konn::kubeproxy {
+namespace {
+
+using core::http::Http1Parser;
+
+std::string base64(const std::string& raw) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < raw.size(); i += 3) {
+    uint32_t v = (static_cast<uint8_t>(raw[i]) << 16) | (static_cast<uint8_t>(raw[i + 1]) << 8) |
+                 static_cast<uint8_t>(raw[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out.push_back(k[(v >> s) & 63]);
+  }
+  if (i < raw.size()) {
+    uint32_t v = static_cast<uint8_t>(raw[i]) << 16;
+    if (i + 1 < raw.size()) v |= static_cast<uint8_t>(raw[i + 1]) << 8;
+    out.push_back(k[(v >> 18) & 63]);
+    out.push_back(k[(v >> 12) & 63]);
+    out.push_back(i + 1 < raw.size() ? k[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+core::http::Headers allow_connect() { return {{"Allow", "CONNECT"}}; }
+core::http::Headers proxy_authenticate() {
+  return {{"Proxy-Authenticate", "Basic realm=\"kubeproxy-http\""}};
+}
+
+}  // namespace
+
+ConnectProxy::ConnectProxy(const KubeproxyOptions& options)
+    : options_(options), log_(core::log::get("kubeproxy.connect")) {
+  for (const auto& p : options.allowed_destinations) allowed_.emplace_back(p, std::regex::ECMAScript);
+  if (!options.proxy_user.empty()) expected_auth_ = "Basic " + base64(options.proxy_user);
+}
+
+bool ConnectProxy::allowed(const std::string& destination) const {
+  if (allowed_.empty()) return true;
+  for (const auto& re : allowed_) {
+    if (std::regex_search(destination, re)) return true;
+  }
+  return false;
+}
+
+core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string peer) {
+  using namespace asio::experimental::awaitable_operators;
+  Http1Parser parser(Http1Parser::Kind::Request, static_cast<size_t>(options_.max_header_bytes));
+  std::vector<char> buf(64 * 1024);
+  std::string rest;  // bytes after the head (the client's first tunnel bytes)
+  // No timeout configured (0) means a deadline that never comes in practice.
+  auto deadline = std::chrono::steady_clock::now() +
+                  (options_.request_header_timeout.count() > 0
+                       ? std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             options_.request_header_timeout)
+                       : std::chrono::hours(24 * 365));
+  auto reply = [&](int status, std::string body,
+                   core::http::Headers extra = {}) -> core::io::Awaitable<void> {
+    std::string resp = core::http::write_text_response(status, body, true, extra);
+    co_await client.write(asio::buffer(resp));
+    if (options_.access_log) {
+      log_->info("{} \"CONNECT {}\" {}", peer, parser.head().target, status);
+    }
+    client.close();
+  };
+  for (;;) {
+    asio::steady_timer timer(client.get_executor(), deadline);
+    auto r = co_await (client.read_some(asio::buffer(buf)) ||
+                       timer.async_wait(core::io::use_nothrow));
+    if (r.index() == 1) {
+      if (!parser.idle()) co_await reply(408, std::string("Request Timeout\n"));
+      client.close();
+      co_return;
+    }
+    auto [ec, n] = std::get<0>(r);
+    if (ec || n == 0) {
+      client.close();
+      co_return;
+    }
+    std::string_view data(buf.data(), n);
+    auto res = parser.feed(data);
+    if (res.status == Http1Parser::Status::Invalid) {
+      int code = parser.error_status();
+      co_await reply(code, std::string(core::http::reason_phrase(code)) + ": " + parser.error() + std::string("\n"));
+      co_return;
+    }
+    if (res.status == Http1Parser::Status::MessageComplete) {
+      rest = std::string(data.substr(res.consumed));
+      break;
+    }
+  }
+  const auto& h = parser.head();
+  if (h.method != "CONNECT") {
+    co_await reply(405, std::string("Method Not Allowed: this proxy only supports CONNECT\n"),
+                   allow_connect());
+    co_return;
+  }
+  if (!expected_auth_.empty()) {
+    const std::string* auth = h.find("Proxy-Authorization");
+    if (auth == nullptr || *auth != expected_auth_) {
+      co_await reply(407, std::string("Proxy Authentication Required\n"),
+                     proxy_authenticate());
+      co_return;
+    }
+  }
+  auto hp = core::net::parse_host_port(h.target);
+  if (!hp || hp->host.empty() || hp->port == 0) {
+    co_await reply(400, std::string("Bad Request: CONNECT target must be host:port\n"));
+    co_return;
+  }
+  std::string destination = hp->to_string();
+  if (!allowed(destination)) {
+    KONN_LOG(log_, info, "{}: CONNECT {} refused: not in --allowed-destinations", peer, destination);
+    co_await reply(403, std::string("Forbidden: destination not allowed\n"));
+    co_return;
+  }
+  auto d = co_await UpstreamDialer::dial_plain(
+      client.get_executor(), destination,
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.dial_timeout));
+  if (!d.stream) {
+    KONN_LOG(log_, info, "{}: CONNECT {}: {}", peer, destination, d.error);
+    co_await reply(d.timeout ? 504 : 502, d.error + std::string("\n"));
+    co_return;
+  }
+  static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
+  auto [wec, wn] = co_await client.write(asio::buffer(kEstablished));
+  if (wec) co_return;
+  if (!rest.empty()) {
+    auto [uec, un] = co_await d.stream->write(asio::buffer(rest));
+    if (uec) co_return;
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto stats = co_await relay_streams(client, *d.stream);
+  if (options_.access_log) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    log_->info("{} \"CONNECT {}\" 200 up={} down={} {}ms", peer, destination,
+               stats.downstream_to_upstream + rest.size(), stats.upstream_to_downstream, ms.count());
+  }
+  client.close();
+  d.stream->close();
+}
+
+}  // namespace konn::kubeproxy

@@ -1,0 +1,77 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <spdlog/logger.h>
+#include <string>
+
+#include <asio/execution_context.hpp>
+
+#include "core/io/asio_compat.h"
+#include "kubeproxy-http/byte_stream.h"
+#include "kubeproxy-http/kubeconfig.h"
+#include "kubeproxy-http/kubeproxy_options.h"
+#include "kubeproxy-http/request_filter.h"
+#include "kubeproxy-http/upstream_dialer.h"
+
+namespace konn::kubeproxy {
+
+// The `kubectl proxy` data path. For each downstream connection: read request heads (with a
+// deadline and a size limit), strip the API prefix, apply the RequestFilter (403 Forbidden), and
+// forward to the apiserver over a pooled keep-alive TLS connection with the kubeconfig's
+// credentials. Request and response bodies are streamed through fixed buffers (a watch event is
+// written to the client as soon as it is read), so memory per connection is bounded whatever the
+// body size. Upgrades (exec, attach, port-forward) go to upgrade.h on a fresh connection.
+//
+// Threading: serve() runs on the downstream connection's io_context; the idle pool is per
+// io_context and touched only from its thread, so it needs no lock.
+class Forwarder {
+ public:
+  // Throws std::runtime_error (bad TLS material or patterns) at startup.
+  Forwarder(const KubeproxyOptions& options, const RestConfig& rest,
+            const std::vector<asio::execution_context*>& contexts);
+
+  // Serves one downstream connection until it closes. `peer` is for logs and X-Forwarded-For.
+  core::io::Awaitable<void> serve(ByteStream client, std::string peer);
+
+  struct Stats {
+    std::atomic<uint64_t> requests{0};
+    std::atomic<uint64_t> upstream_dials{0};
+    std::atomic<uint64_t> pool_reuses{0};
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Idle {
+    std::unique_ptr<ByteStream> stream;
+    std::chrono::steady_clock::time_point since;
+  };
+  using IdleList = std::deque<Idle>;
+  struct Exchange;
+
+  core::io::Awaitable<bool> handle(Exchange& x);
+  core::io::Awaitable<bool> forward(Exchange& x, const std::string& target);
+  core::io::Awaitable<bool> upgrade(Exchange& x, const std::string& target);
+  core::io::Awaitable<bool> serve_static(Exchange& x, const std::string& path);
+
+  std::unique_ptr<ByteStream> take_idle(asio::any_io_executor ex);
+  void put_idle(std::unique_ptr<ByteStream> s);
+  IdleList& idle_for(asio::any_io_executor ex);
+
+  // The upstream request head: Host rewritten, hop-by-hop dropped, credentials added.
+  std::string upstream_head(const Exchange& x, const std::string& target, bool is_upgrade);
+
+  const KubeproxyOptions& options_;
+  const RestConfig& rest_;
+  CredentialSource credentials_;
+  RequestFilter filter_;
+  UpstreamDialer dialer_;
+  std::map<asio::execution_context*, IdleList> idle_;
+  std::shared_ptr<spdlog::logger> log_;
+  Stats stats_;
+};
+
+}  // namespace konn::kubeproxy

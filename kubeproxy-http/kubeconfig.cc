@@ -1,0 +1,528 @@
+#include "kubeproxy-http/kubeconfig.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "core/net/endpoint.h"
+
+extern char** environ;
+
+namespace konn::kubeproxy {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("open " + path + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string dq(const std::string& s) { return "\"" + s + "\""; }
+
+// One named entry (cluster, user or context) and the file it came from.
+struct Entry {
+  YAML::Node node;
+  std::string file;
+  std::string field;  // e.g. users["alice"].user
+};
+
+struct Merged {
+  std::map<std::string, Entry> clusters, users, contexts;
+  std::string current_context;
+  std::vector<std::string> files;  // files actually loaded
+};
+
+std::string scalar(const YAML::Node& n, const char* key, const Entry& e) {
+  YAML::Node v = n[key];
+  if (!v || v.IsNull()) return "";
+  if (!v.IsScalar()) {
+    throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + e.field + "." + key +
+                          ": expected a string");
+  }
+  return v.as<std::string>();
+}
+
+bool boolean(const YAML::Node& n, const char* key, const Entry& e) {
+  std::string s = scalar(n, key, e);
+  if (s.empty() || s == "false") return false;
+  if (s == "true") return true;
+  throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + e.field + "." + key +
+                        ": expected true or false, got " + dq(s));
+}
+
+// Resolves `path` against the directory of the kubeconfig that named it.
+std::string resolve(const std::string& path, const std::string& file) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(file).parent_path() / path).lexically_normal().string();
+}
+
+// Reads the PEM named by `<key>` (a path) or `<key>-data` (base64) in `n`.
+std::string pem_field(const YAML::Node& n, const std::string& key, const Entry& e) {
+  std::string data = scalar(n, (key + "-data").c_str(), e);
+  if (!data.empty()) {
+    auto decoded = decode_base64(data);
+    if (!decoded) {
+      throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + e.field + "." + key +
+                            "-data: illegal base64 data");
+    }
+    return *decoded;
+  }
+  std::string path = scalar(n, key.c_str(), e);
+  if (path.empty()) return "";
+  try {
+    return read_file(resolve(path, e.file));
+  } catch (const std::exception& ex) {
+    throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + e.field + "." + key + ": " +
+                          ex.what());
+  }
+}
+
+void merge_file(const std::string& file, Merged& m) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file);
+  } catch (const YAML::BadFile&) {
+    throw KubeconfigError("error loading kubeconfig " + dq(file) + ": open " + file + ": " +
+                          std::strerror(errno ? errno : ENOENT));
+  } catch (const YAML::Exception& e) {
+    throw KubeconfigError("error loading kubeconfig " + dq(file) + ": yaml: line " +
+                          std::to_string(e.mark.line + 1) + ", column " +
+                          std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  m.files.push_back(file);
+  if (root.IsNull()) return;
+  if (!root.IsMap()) {
+    throw KubeconfigError("error loading kubeconfig " + dq(file) + ": not a YAML mapping");
+  }
+  auto list = [&](const char* key, const char* inner, std::map<std::string, Entry>& into) {
+    YAML::Node seq = root[key];
+    if (!seq || seq.IsNull()) return;
+    if (!seq.IsSequence()) {
+      throw KubeconfigError("kubeconfig " + dq(file) + ": " + key + ": expected a list");
+    }
+    for (size_t i = 0; i < seq.size(); ++i) {
+      YAML::Node item = seq[i];
+      std::string where = std::string(key) + "[" + std::to_string(i) + "]";
+      if (!item.IsMap() || !item["name"] || !item["name"].IsScalar()) {
+        throw KubeconfigError("kubeconfig " + dq(file) + ": " + where +
+                              ".name: missing or not a string");
+      }
+      std::string name = item["name"].as<std::string>();
+      YAML::Node body = item[inner];
+      if (body && !body.IsNull() && !body.IsMap()) {
+        throw KubeconfigError("kubeconfig " + dq(file) + ": " + key + "[" + dq(name) +
+                              "]." + inner + ": expected a mapping");
+      }
+      // First file to define a name wins (kubectl's merge rule).
+      into.emplace(name, Entry{body ? body : YAML::Node(YAML::NodeType::Map), file,
+                               std::string(key) + "[" + dq(name) + "]." + inner});
+    }
+  };
+  list("clusters", "cluster", m.clusters);
+  list("users", "user", m.users);
+  list("contexts", "context", m.contexts);
+  if (m.current_context.empty() && root["current-context"] && root["current-context"].IsScalar()) {
+    m.current_context = root["current-context"].as<std::string>();
+  }
+}
+
+void parse_server(RestConfig& rc, const std::string& origin) {
+  std::string url = rc.server;
+  size_t sep = url.find("://");
+  if (sep == std::string::npos) {
+    rc.scheme = "https";
+  } else {
+    rc.scheme = url.substr(0, sep);
+    url = url.substr(sep + 3);
+  }
+  if (rc.scheme != "https" && rc.scheme != "http") {
+    throw KubeconfigError(origin + ": server " + dq(rc.server) + ": unsupported scheme " +
+                          dq(rc.scheme));
+  }
+  size_t slash = url.find('/');
+  std::string authority = url.substr(0, slash);
+  rc.path = slash == std::string::npos ? "" : url.substr(slash);
+  while (!rc.path.empty() && rc.path.back() == '/') rc.path.pop_back();
+  uint16_t default_port = rc.scheme == "https" ? 443 : 80;
+  auto hp = core::net::parse_host_port(authority);
+  if (hp) {
+    rc.host = hp->host;
+    rc.port = hp->port;
+  } else if (!authority.empty() && authority.find(':') == std::string::npos) {
+    rc.host = authority;
+    rc.port = default_port;
+  } else if (authority.size() > 2 && authority.front() == '[' && authority.back() == ']') {
+    rc.host = authority.substr(1, authority.size() - 2);
+    rc.port = default_port;
+  } else {
+    throw KubeconfigError(origin + ": server " + dq(rc.server) + ": invalid host");
+  }
+  if (rc.host.empty()) {
+    throw KubeconfigError(origin + ": server " + dq(rc.server) + ": no host");
+  }
+}
+
+const char* kExecInfo =
+    R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",)"
+    R"("spec":{"interactive":false}})";
+
+// Parses an RFC 3339 UTC time ("2026-01-02T03:04:05Z"); nullopt when absent or unparsable.
+std::optional<std::time_t> parse_rfc3339(const std::string& s) {
+  std::tm tm{};
+  std::istringstream in(s);
+  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+  if (in.fail()) return std::nullopt;
+  return timegm(&tm);
+}
+
+}  // namespace
+
+std::optional<std::string> decode_base64(const std::string& text) {
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  int pad = 0;
+  for (char c : text) {
+    int v;
+    if (c >= 'A' && c <= 'Z') v = c - 'A';
+    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9') v = c - '0' + 52;
+    else if (c == '+') v = 62;
+    else if (c == '/') v = 63;
+    else if (c == '=') { ++pad; continue; }
+    else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    else return std::nullopt;
+    if (pad > 0) return std::nullopt;
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
+    }
+  }
+  if (pad > 2 || bits >= 6) return std::nullopt;
+  return out;
+}
+
+std::string RestConfig::host_port() const {
+  return core::net::HostPort{host, port}.to_string();
+}
+
+std::string RestConfig::host_header() const {
+  uint16_t def = scheme == "https" ? 443 : 80;
+  if (port == def) return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return host_port();
+}
+
+KubeconfigEnvironment KubeconfigEnvironment::from_process() {
+  KubeconfigEnvironment env;
+  if (const char* k = std::getenv("KUBECONFIG")) env.kubeconfig_env = k;
+  if (const char* h = std::getenv("HOME")) env.home = h;
+  if (const char* h = std::getenv("KUBERNETES_SERVICE_HOST")) env.service_host = h;
+  if (const char* p = std::getenv("KUBERNETES_SERVICE_PORT")) env.service_port = p;
+  return env;
+}
+
+RestConfig load_rest_config(const KubeconfigOverrides& ov, const KubeconfigEnvironment& env) {
+  Merged m;
+  if (!ov.kubeconfig.empty()) {
+    merge_file(ov.kubeconfig, m);
+  } else if (env.kubeconfig_env && !env.kubeconfig_env->empty()) {
+    std::stringstream ss(*env.kubeconfig_env);
+    std::string file;
+    while (std::getline(ss, file, ':')) {
+      if (file.empty() || !fs::exists(file)) continue;
+      merge_file(file, m);
+    }
+  } else if (!env.home.empty() && fs::exists(fs::path(env.home) / ".kube" / "config")) {
+    merge_file((fs::path(env.home) / ".kube" / "config").string(), m);
+  }
+
+  RestConfig rc;
+  bool nothing_loaded = m.clusters.empty() && m.users.empty() && m.contexts.empty() &&
+                        m.current_context.empty();
+  if (nothing_loaded && ov.server.empty() && ov.context.empty() && ov.cluster.empty()) {
+    if (!env.service_host.empty() && !env.service_port.empty()) {
+      // In-cluster: the pod's service account, as rest.InClusterConfig.
+      std::string dir = env.service_account_dir;
+      std::string host = env.service_host;
+      if (host.find(':') != std::string::npos) host = "[" + host + "]";
+      rc.server = "https://" + host + ":" + env.service_port;
+      rc.token_file = dir + "/token";
+      try {
+        rc.token = read_file(rc.token_file);
+        rc.ca_pem = read_file(dir + "/ca.crt");
+      } catch (const std::exception& e) {
+        throw KubeconfigError(std::string("in-cluster configuration: ") + e.what());
+      }
+      rc.source = "in-cluster service account";
+      parse_server(rc, "in-cluster configuration");
+      while (!rc.token.empty() && (rc.token.back() == '\n' || rc.token.back() == '\r')) {
+        rc.token.pop_back();
+      }
+      return rc;
+    }
+    throw KubeconfigError(
+        "invalid configuration: no configuration has been provided, try setting KUBERNETES_MASTER "
+        "environment variable (no kubeconfig found: --kubeconfig unset, $KUBECONFIG unset or "
+        "naming no existing file, ~/.kube/config missing, and not running in a cluster)");
+  }
+
+  std::string files_text;
+  for (const auto& f : m.files) files_text += (files_text.empty() ? "" : ", ") + dq(f);
+  std::string origin = "kubeconfig " + (files_text.empty() ? std::string("(none)") : files_text);
+
+  std::string context_name = ov.context.empty() ? m.current_context : ov.context;
+  std::string cluster_name = ov.cluster;
+  std::string user_name = ov.user;
+  if (!context_name.empty()) {
+    auto it = m.contexts.find(context_name);
+    if (it == m.contexts.end()) {
+      if (!ov.context.empty() || ov.server.empty()) {
+        throw KubeconfigError(origin + ": context " + dq(context_name) + " does not exist");
+      }
+    } else {
+      if (cluster_name.empty()) cluster_name = scalar(it->second.node, "cluster", it->second);
+      if (user_name.empty()) user_name = scalar(it->second.node, "user", it->second);
+    }
+  }
+  if (!cluster_name.empty()) {
+    auto it = m.clusters.find(cluster_name);
+    if (it == m.clusters.end()) {
+      if (ov.server.empty()) {
+        throw KubeconfigError(origin + ": cluster " + dq(cluster_name) + " does not exist");
+      }
+    } else {
+      const Entry& e = it->second;
+      rc.server = scalar(e.node, "server", e);
+      rc.ca_pem = pem_field(e.node, "certificate-authority", e);
+      rc.insecure_skip_tls_verify = boolean(e.node, "insecure-skip-tls-verify", e);
+      rc.tls_server_name = scalar(e.node, "tls-server-name", e);
+      rc.proxy_url = scalar(e.node, "proxy-url", e);
+      if (rc.server.empty() && ov.server.empty()) {
+        throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + e.field +
+                              ".server: no server found for cluster " + dq(cluster_name));
+      }
+    }
+  }
+  if (!user_name.empty()) {
+    auto it = m.users.find(user_name);
+    if (it != m.users.end()) {
+      const Entry& e = it->second;
+      rc.client_cert_pem = pem_field(e.node, "client-certificate", e);
+      rc.client_key_pem = pem_field(e.node, "client-key", e);
+      if (rc.client_cert_pem.empty() != rc.client_key_pem.empty()) {
+        throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + e.field + ".client-" +
+                              (rc.client_key_pem.empty() ? "key" : "certificate") +
+                              ": client-certificate and client-key must be given together");
+      }
+      rc.token = scalar(e.node, "token", e);
+      std::string token_file = scalar(e.node, "tokenFile", e);
+      if (!token_file.empty()) {
+        rc.token_file = resolve(token_file, e.file);
+        if (rc.token.empty()) {
+          try {
+            rc.token = read_file(rc.token_file);
+          } catch (const std::exception& ex) {
+            throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + e.field +
+                                  ".tokenFile: " + ex.what());
+          }
+        }
+      }
+      rc.username = scalar(e.node, "username", e);
+      rc.password = scalar(e.node, "password", e);
+      rc.impersonate_user = scalar(e.node, "as", e);
+      if (e.node["as-groups"] && e.node["as-groups"].IsSequence()) {
+        for (const auto& g : e.node["as-groups"]) rc.impersonate_groups.push_back(g.as<std::string>());
+      }
+      if (YAML::Node x = e.node["exec"]; x && !x.IsNull()) {
+        if (!x.IsMap()) {
+          throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + e.field +
+                                ".exec: expected a mapping");
+        }
+        Entry xe{x, e.file, e.field + ".exec"};
+        ExecConfig exec;
+        exec.command = scalar(x, "command", xe);
+        if (exec.command.empty()) {
+          throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + xe.field +
+                                ".command: missing");
+        }
+        if (exec.command.find('/') != std::string::npos) exec.command = resolve(exec.command, e.file);
+        exec.api_version = scalar(x, "apiVersion", xe);
+        if (x["args"] && x["args"].IsSequence()) {
+          for (const auto& a : x["args"]) exec.args.push_back(a.as<std::string>());
+        }
+        if (x["env"] && x["env"].IsSequence()) {
+          for (const auto& kv : x["env"]) {
+            exec.env.emplace_back(kv["name"].as<std::string>(""), kv["value"].as<std::string>(""));
+          }
+        }
+        rc.exec = std::move(exec);
+      }
+    } else if (!ov.user.empty()) {
+      throw KubeconfigError(origin + ": user " + dq(user_name) + " does not exist");
+    }
+  }
+
+  // Flag overrides, as kubectl's global flags.
+  auto load_flag_file = [](const std::string& flag, const std::string& path) {
+    try {
+      return read_file(path);
+    } catch (const std::exception& ex) {
+      throw KubeconfigError("--" + flag + ": " + ex.what());
+    }
+  };
+  if (!ov.server.empty()) rc.server = ov.server;
+  if (!ov.certificate_authority.empty()) {
+    rc.ca_pem = load_flag_file("certificate-authority", ov.certificate_authority);
+  }
+  if (ov.insecure_skip_tls_verify) {
+    rc.insecure_skip_tls_verify = true;
+    rc.ca_pem.clear();
+  }
+  if (!ov.tls_server_name.empty()) rc.tls_server_name = ov.tls_server_name;
+  if (!ov.client_certificate.empty()) {
+    rc.client_cert_pem = load_flag_file("client-certificate", ov.client_certificate);
+  }
+  if (!ov.client_key.empty()) rc.client_key_pem = load_flag_file("client-key", ov.client_key);
+  if (!ov.token.empty()) {
+    rc.token = ov.token;
+    rc.token_file.clear();
+  }
+  if (!ov.as.empty()) rc.impersonate_user = ov.as;
+  if (!ov.as_groups.empty()) rc.impersonate_groups = ov.as_groups;
+  while (!rc.token.empty() && (rc.token.back() == '\n' || rc.token.back() == '\r')) {
+    rc.token.pop_back();
+  }
+
+  if (rc.server.empty()) {
+    throw KubeconfigError(origin + ": invalid configuration: no server found for cluster " +
+                          dq(cluster_name));
+  }
+  parse_server(rc, origin);
+  if (rc.tls_server_name.empty()) rc.tls_server_name = rc.host;
+  rc.source = origin + (context_name.empty() ? "" : ", context " + dq(context_name));
+  return rc;
+}
+
+CredentialSource::CredentialSource(const RestConfig& config) : config_(config) {
+  cached_ = config.token;
+  if (!config.token_file.empty()) {
+    cached_until_ = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  }
+}
+
+CredentialSource::Credential CredentialSource::current() {
+  std::lock_guard lock(mu_);
+  auto now = std::chrono::steady_clock::now();
+  if (config_.exec && (cached_.empty() || now >= cached_until_)) return run_exec();
+  if (!config_.token_file.empty() && now >= cached_until_) {
+    try {
+      std::string t = read_file(config_.token_file);
+      while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+      cached_ = t;
+    } catch (const std::exception&) {
+      // Keep the last good token, as client-go does when a refresh fails.
+    }
+    cached_until_ = now + std::chrono::minutes(1);
+  }
+  if (!cached_.empty()) return {"Bearer " + cached_, ""};
+  if (!config_.username.empty() || !config_.password.empty()) {
+    std::string raw = config_.username + ":" + config_.password;
+    static const char* kAlphabet =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string enc;
+    size_t i = 0;
+    for (; i + 2 < raw.size(); i += 3) {
+      uint32_t v = (static_cast<uint8_t>(raw[i]) << 16) | (static_cast<uint8_t>(raw[i + 1]) << 8) |
+                   static_cast<uint8_t>(raw[i + 2]);
+      for (int s = 18; s >= 0; s -= 6) enc.push_back(kAlphabet[(v >> s) & 63]);
+    }
+    if (i < raw.size()) {
+      uint32_t v = static_cast<uint8_t>(raw[i]) << 16;
+      if (i + 1 < raw.size()) v |= static_cast<uint8_t>(raw[i + 1]) << 8;
+      enc.push_back(kAlphabet[(v >> 18) & 63]);
+      enc.push_back(kAlphabet[(v >> 12) & 63]);
+      enc.push_back(i + 1 < raw.size() ? kAlphabet[(v >> 6) & 63] : '=');
+      enc.push_back('=');
+    }
+    return {"Basic " + enc, ""};
+  }
+  return {"", ""};
+}
+
+CredentialSource::Credential CredentialSource::run_exec() {
+  // Exception: blocking call under the lock. Plugins run rarely (on expiry) and every request
+  // waiting for the new credential would have to wait for it anyway.
+  const ExecConfig& x = *config_.exec;
+  int out_pipe[2];
+  if (pipe(out_pipe) != 0) return {"", std::string("exec plugin: pipe: ") + std::strerror(errno)};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
+  std::vector<std::string> argv_s{x.command};
+  argv_s.insert(argv_s.end(), x.args.begin(), x.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
+  for (const auto& [k, v] : x.env) env_s.push_back(k + "=" + v);
+  env_s.push_back(std::string("KUBERNETES_EXEC_INFO=") + kExecInfo);
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, x.command.c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  close(out_pipe[1]);
+  if (rc != 0) {
+    close(out_pipe[0]);
+    return {"", "exec plugin " + x.command + ": " + std::strerror(rc)};
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(out_pipe[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(out_pipe[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return {"", "exec plugin " + x.command + ": exited with status " +
+                    std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1)};
+  }
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  if (j.is_discarded() || !j.contains("status") || !j["status"].is_object()) {
+    return {"", "exec plugin " + x.command + ": output is not an ExecCredential"};
+  }
+  const auto& st = j["status"];
+  std::string token = st.value("token", "");
+  if (token.empty()) return {"", "exec plugin " + x.command + ": ExecCredential has no token"};
+  cached_ = token;
+  auto now = std::chrono::steady_clock::now();
+  cached_until_ = now + std::chrono::hours(24 * 365);
+  if (auto exp = parse_rfc3339(st.value("expirationTimestamp", ""))) {
+    auto left = std::chrono::seconds(*exp - std::time(nullptr));
+    cached_until_ = now + left;
+  }
+  return {"Bearer " + cached_, ""};
+}
+
+}  // namespace konn::kubeproxy

@@ -1,0 +1,211 @@
+#include "kubeproxy-http/kubeconfig.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace konn::kubeproxy;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/kubeconfig-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    fs::create_directories((path / name).parent_path());
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+KubeconfigEnvironment no_env() {
+  KubeconfigEnvironment e;
+  e.kubeconfig_env = "";
+  e.home = "/nonexistent";
+  return e;
+}
+
+std::string error_of(const KubeconfigOverrides& o, const KubeconfigEnvironment& e) {
+  try {
+    load_rest_config(o, e);
+  } catch (const KubeconfigError& ex) {
+    return ex.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("base64 decoding", "[kubeconfig]") {
+  CHECK(decode_base64("aGVsbG8=") == std::optional<std::string>("hello"));
+  CHECK(decode_base64("aGVs\nbG8h") == std::optional<std::string>("hello!"));
+  CHECK_FALSE(decode_base64("a*b"));
+}
+
+TEST_CASE("relative paths resolve against the file; data fields decode", "[kubeconfig]") {
+  TempDir d;
+  d.write("sub/ca.crt", "CA-PEM");
+  d.write("sub/token", "tok-from-file\n");
+  std::string cfg = d.write("sub/config", R"(
+clusters:
+- name: c
+  cluster:
+    server: https://10.1.2.3:6443/k8s/clusters/c-1
+    certificate-authority: ca.crt
+    tls-server-name: api.internal
+users:
+- name: u
+  user:
+    tokenFile: token
+    client-certificate-data: Q0VSVA==
+    client-key-data: S0VZ
+contexts:
+- name: ctx
+  context: {cluster: c, user: u}
+current-context: ctx
+)");
+  KubeconfigOverrides o;
+  o.kubeconfig = cfg;
+  auto rc = load_rest_config(o, no_env());
+  CHECK(rc.ca_pem == "CA-PEM");
+  CHECK(rc.token == "tok-from-file");
+  CHECK(rc.token_file == (d.path / "sub/token").string());
+  CHECK(rc.client_cert_pem == "CERT");
+  CHECK(rc.client_key_pem == "KEY");
+  CHECK(rc.host == "10.1.2.3");
+  CHECK(rc.port == 6443);
+  CHECK(rc.path == "/k8s/clusters/c-1");
+  CHECK(rc.tls_server_name == "api.internal");
+  CHECK(rc.host_header() == "10.1.2.3:6443");
+}
+
+TEST_CASE("KUBECONFIG merge: first definition and first current-context win", "[kubeconfig]") {
+  TempDir d;
+  std::string a = d.write("a", R"(
+current-context: first
+clusters:
+- {name: shared, cluster: {server: "https://a:1"}}
+contexts:
+- {name: first, context: {cluster: shared, user: ua}}
+users:
+- {name: ua, user: {token: token-a}}
+)");
+  std::string b = d.write("b", R"(
+current-context: second
+clusters:
+- {name: shared, cluster: {server: "https://b:2"}}
+- {name: only-b, cluster: {server: "https://onlyb:3"}}
+contexts:
+- {name: second, context: {cluster: only-b, user: ub}}
+users:
+- {name: ub, user: {username: bob, password: pw}}
+)");
+  auto env = no_env();
+  env.kubeconfig_env = a + ":" + d.path.string() + "/missing:" + b;
+  auto rc = load_rest_config({}, env);
+  CHECK(rc.server == "https://a:1");
+  CHECK(rc.token == "token-a");
+
+  KubeconfigOverrides o;
+  o.context = "second";
+  rc = load_rest_config(o, env);
+  CHECK(rc.server == "https://onlyb:3");
+  CHECK(rc.username == "bob");
+  CredentialSource creds(rc);
+  CHECK(creds.current().authorization == "Basic Ym9iOnB3");
+
+  o.context.clear();
+  o.cluster = "only-b";
+  o.server = "http://override:8080";
+  o.token = "flag-token";
+  o.as = "jane";
+  o.as_groups = {"g1"};
+  rc = load_rest_config(o, env);
+  CHECK(rc.scheme == "http");
+  CHECK(rc.port == 8080);
+  CHECK(rc.token == "flag-token");
+  CHECK(rc.impersonate_user == "jane");
+}
+
+TEST_CASE("errors name the file and the field", "[kubeconfig]") {
+  TempDir d;
+  KubeconfigOverrides o;
+  o.kubeconfig = (d.path / "absent").string();
+  CHECK_THAT(error_of(o, no_env()), Catch::Contains("absent") && Catch::Contains("No such file"));
+
+  o.kubeconfig = d.write("bad-yaml", "clusters: [\n  - {name: x\n");
+  CHECK_THAT(error_of(o, no_env()), Catch::Contains("bad-yaml") && Catch::Contains("line"));
+
+  o.kubeconfig = d.write("missing-cert", R"(
+clusters: [{name: c, cluster: {server: "https://h:1"}}]
+users: [{name: u, user: {client-certificate: nope.crt, client-key: nope.key}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+)");
+  std::string e = error_of(o, no_env());
+  CHECK_THAT(e, Catch::Contains("missing-cert") &&
+                    Catch::Contains("users[\"u\"].user.client-certificate") &&
+                    Catch::Contains("nope.crt"));
+
+  o.kubeconfig = d.write("bad-data", R"(
+clusters: [{name: c, cluster: {server: "https://h:1", certificate-authority-data: "!!"}}]
+contexts: [{name: x, context: {cluster: c}}]
+current-context: x
+)");
+  CHECK_THAT(error_of(o, no_env()),
+             Catch::Contains("clusters[\"c\"].cluster.certificate-authority-data"));
+
+  o.kubeconfig = d.write("no-context", "current-context: gone\n");
+  CHECK_THAT(error_of(o, no_env()), Catch::Contains("context \"gone\" does not exist"));
+
+  CHECK_THAT(error_of({}, no_env()), Catch::Contains("no configuration has been provided"));
+}
+
+TEST_CASE("in-cluster fallback uses the service account", "[kubeconfig]") {
+  TempDir d;
+  d.write("sa/token", "sa-token\n");
+  d.write("sa/ca.crt", "SA-CA");
+  auto env = no_env();
+  env.service_host = "10.96.0.1";
+  env.service_port = "443";
+  env.service_account_dir = (d.path / "sa").string();
+  auto rc = load_rest_config({}, env);
+  CHECK(rc.server == "https://10.96.0.1:443");
+  CHECK(rc.token == "sa-token");
+  CHECK(rc.ca_pem == "SA-CA");
+  CHECK(rc.source == "in-cluster service account");
+}
+
+TEST_CASE("exec credential plugin output is used and cached", "[kubeconfig]") {
+  TempDir d;
+  std::string counter = (d.path / "count").string();
+  std::string plugin = d.write("plugin.sh",
+                               "#!/bin/sh\necho x >> " + counter +
+                                   "\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+                                   "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"exec-tok\","
+                                   "\"expirationTimestamp\":\"2099-01-01T00:00:00Z\"}}'\n");
+  fs::permissions(plugin, fs::perms::owner_all);
+  std::string cfg = d.write("config", R"(
+clusters: [{name: c, cluster: {server: "https://h:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: ./plugin.sh}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+)");
+  KubeconfigOverrides o;
+  o.kubeconfig = cfg;
+  auto rc = load_rest_config(o, no_env());
+  REQUIRE(rc.exec);
+  CHECK(rc.exec->command == plugin);
+  CredentialSource creds(rc);
+  CHECK(creds.current().authorization == "Bearer exec-tok");
+  CHECK(creds.current().authorization == "Bearer exec-tok");
+  std::ifstream in(counter);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(all == "x\n");  // ran once, then cached until expiry
+}

@@ -1,0 +1,168 @@
+#include "kubeproxy-http/kubeproxy_app.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <iostream>
+#include <variant>
+
+#include <asio/ssl.hpp>
+
+#include "core/io/shutdown.h"
+#include "core/io/worker_pool.h"
+#include "core/log/log_macros.h"
+#include "core/net/dialer.h"
+#include "core/net/listener.h"
+#include "core/tls/tls_context.h"
+#include "kubeproxy-http/connect_proxy.h"
+#include "kubeproxy-http/forwarder.h"
+
+namespace konn::kubeproxy {
+
+struct KubeproxyApp::Impl {
+  const KubeproxyOptions& options;
+  std::optional<RestConfig> rest;
+  core::io::WorkerPool pool;
+  asio::io_context main_ctx;
+  std::unique_ptr<Forwarder> forwarder;
+  std::unique_ptr<ConnectProxy> connect;
+  std::shared_ptr<asio::ssl::context> listener_tls;
+  std::shared_ptr<spdlog::logger> log = core::log::get("kubeproxy");
+
+  Impl(const KubeproxyOptions& o, const KubeconfigEnvironment& env)
+      : options(o), pool(static_cast<unsigned>(o.workers)) {
+    if (o.mode == "proxy") {
+      rest = load_rest_config(o.kube, env);
+      std::vector<asio::execution_context*> contexts;
+      for (size_t i = 0; i < pool.size(); ++i) contexts.push_back(&pool.at(i));
+      forwarder = std::make_unique<Forwarder>(o, *rest, contexts);
+    } else {
+      connect = std::make_unique<ConnectProxy>(o);
+    }
+    if (!o.tls_cert_file.empty()) {
+      core::tls::ServerTlsConfig c;
+      c.cert_file = o.tls_cert_file;
+      c.key_file = o.tls_key_file;
+      c.client_ca_file = o.client_ca_file;
+      c.alpn = {"http/1.1"};
+      listener_tls = core::tls::make_server_context(c);
+    }
+  }
+
+  // Runs one accepted connection on its own io_context.
+  template <typename Socket>
+  void start_session(Socket sock, std::string peer) {
+    auto ex = sock.get_executor();
+    if (listener_tls) {
+      if constexpr (std::is_same_v<Socket, asio::ip::tcp::socket>) {
+        asio::co_spawn(ex, tls_session(std::move(sock), std::move(peer)), asio::detached);
+      }
+      return;
+    }
+    asio::co_spawn(ex, session(ByteStream(std::move(sock)), std::move(peer)), asio::detached);
+  }
+
+  core::io::Awaitable<void> tls_session(asio::ip::tcp::socket sock, std::string peer) {
+    using namespace asio::experimental::awaitable_operators;
+    auto tls = std::make_unique<ByteStream::Tls>(std::move(sock), *listener_tls);
+    asio::steady_timer timer(tls->get_executor(), options.request_header_timeout.count() > 0
+                                                      ? options.request_header_timeout
+                                                      : std::chrono::hours(1));
+    auto r = co_await (tls->async_handshake(asio::ssl::stream_base::server, core::io::use_nothrow) ||
+                       timer.async_wait(core::io::use_nothrow));
+    if (r.index() == 1 || std::get<0>(std::get<0>(r))) {
+      KONN_LOG(log, debug, "{}: TLS handshake failed", peer);
+      co_return;
+    }
+    co_await session(ByteStream(std::move(tls)), std::move(peer));
+  }
+
+  core::io::Awaitable<void> session(ByteStream s, std::string peer) {
+    if (forwarder) {
+      co_await forwarder->serve(std::move(s), std::move(peer));
+    } else {
+      co_await connect->serve(std::move(s), std::move(peer));
+    }
+  }
+
+  template <typename Acceptor>
+  core::io::Awaitable<void> accept_loop(Acceptor& acceptor) {
+    for (;;) {
+      auto& ctx = pool.next();
+      auto [ec, sock] = co_await acceptor.async_accept(ctx, core::io::use_nothrow);
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+        KONN_LOG(log, warn, "accept: {}", ec.message());
+        continue;
+      }
+      std::string peer = "unix";
+      if constexpr (std::is_same_v<decltype(sock), asio::ip::tcp::socket>) {
+        std::error_code pec;
+        auto ep = sock.remote_endpoint(pec);
+        if (!pec) {
+          peer = ep.address().is_v6() ? "[" + ep.address().to_string() + "]:" + std::to_string(ep.port())
+                                      : ep.address().to_string() + ":" + std::to_string(ep.port());
+        }
+        core::net::set_nodelay(sock);
+      }
+      start_session(std::move(sock), std::move(peer));
+    }
+  }
+};
+
+KubeproxyApp::KubeproxyApp(const KubeproxyOptions& options, const KubeconfigEnvironment& env)
+    : impl_(std::make_unique<Impl>(options, env)) {}
+
+KubeproxyApp::~KubeproxyApp() = default;
+
+int KubeproxyApp::run() {
+  auto& im = *impl_;
+  const auto& o = im.options;
+  if (im.rest) {
+    im.log->info("forwarding to {} ({})", im.rest->server, im.rest->source);
+  }
+  if (o.disable_filter && o.unix_socket.empty()) {
+    im.log->warn("Request filter disabled, your proxy is vulnerable to XSRF attacks, please be "
+                 "cautious");
+  }
+  std::variant<std::monostate, asio::ip::tcp::acceptor, asio::local::stream_protocol::acceptor>
+      acceptor;
+  std::string bound;
+  if (!o.unix_socket.empty()) {
+    // kubectl creates the socket with umask 077.
+    auto& a = acceptor.emplace<asio::local::stream_protocol::acceptor>(
+        core::net::listen_unix(im.main_ctx, o.unix_socket, true, 0700));
+    bound = o.unix_socket;
+    asio::co_spawn(im.main_ctx, im.accept_loop(a), asio::detached);
+  } else {
+    auto& a = acceptor.emplace<asio::ip::tcp::acceptor>(
+        core::net::listen_tcp(im.main_ctx, o.address, static_cast<uint16_t>(o.port)));
+    auto ep = a.local_endpoint();
+    bound = ep.address().is_v6() ? "[" + ep.address().to_string() + "]:" + std::to_string(ep.port())
+                                 : ep.address().to_string() + ":" + std::to_string(ep.port());
+    asio::co_spawn(im.main_ctx, im.accept_loop(a), asio::detached);
+  }
+  std::cout << "Starting to serve on " << bound << std::endl;
+  im.pool.start();
+
+  auto stop_all = [&im, &acceptor](int) {
+    std::visit(
+        [](auto& a) {
+          if constexpr (!std::is_same_v<std::decay_t<decltype(a)>, std::monostate>) {
+            std::error_code ignored;
+            a.close(ignored);
+          }
+        },
+        acceptor);
+    // Streams (watches, exec sessions) may last forever: stop the workers rather than drain.
+    for (size_t i = 0; i < im.pool.size(); ++i) im.pool.at(i).stop();
+    im.main_ctx.stop();
+  };
+  core::io::ShutdownSignals signals(im.main_ctx, stop_all, stop_all);
+  im.main_ctx.run();
+  im.pool.stop();
+  if (!o.unix_socket.empty()) std::remove(o.unix_socket.c_str());
+  return 0;
+}
+
+}  // namespace konn::kubeproxy

@@ -1,0 +1,59 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <spdlog/logger.h>
+
+#include "core/config/duration.h"
+#include "core/config/flag_parser.h"
+#include "kubeproxy-http/kubeconfig.h"
+
+namespace konn::kubeproxy {
+
+// Every option of kubeproxy-http. The `kubectl proxy` flags keep kubectl's names and defaults
+// (kubectl/pkg/cmd/proxy); the kubeconfig flags are kubectl's global flags. Flags marked
+// "kubeproxy-http" are our additions, off or permissive by default unless noted.
+struct KubeproxyOptions {
+  // kubectl proxy
+  int port = 8001;
+  std::string address = "127.0.0.1";
+  std::string unix_socket;
+  std::string api_prefix = "/";
+  std::string www;
+  std::string www_prefix = "/static/";
+  std::vector<std::string> accept_paths{"^.*"};
+  std::vector<std::string> reject_paths{"^/api/.*/pods/.*/exec", "^/api/.*/pods/.*/attach"};
+  std::vector<std::string> accept_hosts{"^localhost$", "^127\\.0\\.0\\.1$", "^\\[::1\\]$"};
+  std::vector<std::string> reject_methods{"^$"};
+  bool disable_filter = false;
+  core::config::Duration keepalive{0};
+  bool append_server_path = false;
+
+  // kubectl global flags
+  KubeconfigOverrides kube;
+
+  // kubeproxy-http
+  std::string mode = "proxy";                        // "proxy" (kubectl proxy) or "connect"
+  std::vector<std::string> allowed_destinations;     // connect: host:port regexes; empty = any
+  std::string proxy_user;                            // connect: "user:password" required
+  core::config::Duration dial_timeout = std::chrono::seconds(30);
+  core::config::Duration request_header_timeout = std::chrono::seconds(30);  // slowloris guard
+  int64_t max_header_bytes = 1 << 20;                // request head limit, 431 beyond
+  bool strip_client_credentials = false;             // drop callers' Authorization/Impersonate-*
+  std::string require_token;                         // callers must send "Bearer <this>"
+  std::string tls_cert_file;                         // TLS on the listener
+  std::string tls_key_file;
+  std::string client_ca_file;                        // callers must present a cert signed by it
+  bool access_log = false;
+  int workers = 0;                                   // I/O threads; 0 = one per core
+  std::string log_level = "info";
+
+  void register_flags(core::config::FlagParser& flags);
+  // Every problem at once, each naming its flag. `port_set` tells whether --port was given.
+  std::vector<std::string> validate(bool port_set) const;
+  void print(spdlog::logger& log) const;
+};
+
+}  // namespace konn::kubeproxy

@@ -1,0 +1,39 @@
+// kubeproxy-http: `kubectl proxy` compatible API proxy, or (--mode=connect) an HTTP CONNECT
+// forward proxy for kubectl. Options -> KubeproxyApp -> run.
+#include <iostream>
+
+#include "core/config/flag_parser.h"
+#include "core/log/logger.h"
+#include "kubeproxy-http/kubeproxy_app.h"
+#include "kubeproxy-http/kubeproxy_options.h"
+
+int main(int argc, char** argv) {
+  konn::kubeproxy::KubeproxyOptions options;
+  konn::core::config::FlagParser flags(
+      "kubeproxy-http", "Creates a proxy server or application-level gateway between localhost and "
+                        "the Kubernetes API server (kubectl proxy compatible).");
+  options.register_flags(flags);
+  auto parsed = flags.parse(argc, argv);
+  if (parsed.exit_now) {
+    std::cout << parsed.output;
+    return 0;
+  }
+  auto errors = parsed.errors;
+  for (auto& e : options.validate(flags.was_set("port"))) errors.push_back(std::move(e));
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::cerr << "error: " << e << "\n";
+    return 1;
+  }
+  if (!konn::core::log::set_level(options.log_level)) {
+    std::cerr << "error: --log-level: unknown level \"" << options.log_level << "\"\n";
+    return 1;
+  }
+  options.print(*konn::core::log::get("kubeproxy"));
+  try {
+    konn::kubeproxy::KubeproxyApp app(options);
+    return app.run();
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}

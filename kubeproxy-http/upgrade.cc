@@ -1,0 +1,97 @@
+#include "kubeproxy-http/upgrade.h"
+
+#include <memory>
+#include <vector>
+
+#include "core/http/http1_parser.h"
+
+namespace konn::kubeproxy {
+namespace {
+
+core::io::Awaitable<void> pump(ByteStream& from, ByteStream& to, size_t buffer_size,
+                               uint64_t& bytes, std::error_code& error, bool& failed) {
+  std::vector<char> buf(buffer_size);
+  for (;;) {
+    auto [rec, n] = co_await from.read_some(asio::buffer(buf));
+    if (n > 0) {
+      auto [wec, w] = co_await to.write(asio::buffer(buf.data(), n));
+      bytes += w;
+      if (wec) {
+        if (!error) error = wec;
+        break;
+      }
+    }
+    if (rec) {
+      // A TLS peer that closes without close_notify reports stream_truncated: treat as EOF.
+      if (rec != asio::error::eof && rec != asio::ssl::error::stream_truncated && !error) {
+        error = rec;
+      }
+      if (rec != asio::error::eof && rec != asio::ssl::error::stream_truncated) failed = true;
+      break;
+    }
+  }
+  if (failed || error) {
+    failed = true;
+    from.close();
+    to.close();
+  } else {
+    to.shutdown_send();
+  }
+}
+
+}  // namespace
+
+core::io::Awaitable<StreamRelayStats> relay_streams(ByteStream& downstream, ByteStream& upstream,
+                                                    size_t buffer_size) {
+  using namespace asio::experimental::awaitable_operators;
+  StreamRelayStats stats;
+  bool failed = false;
+  co_await (pump(downstream, upstream, buffer_size, stats.downstream_to_upstream, stats.error,
+                 failed) &&
+            pump(upstream, downstream, buffer_size, stats.upstream_to_downstream, stats.error,
+                 failed));
+  co_return stats;
+}
+
+core::io::Awaitable<UpgradeOutcome> finish_upgrade(ByteStream& downstream, ByteStream& upstream) {
+  UpgradeOutcome out;
+  core::http::Http1Parser parser(core::http::Http1Parser::Kind::Response, 1 << 20);
+  std::vector<char> buf(64 * 1024);
+  std::string passed;  // bytes of the answer read so far, passed through verbatim
+  for (;;) {
+    auto [ec, n] = co_await upstream.read_some(asio::buffer(buf));
+    if (n > 0) {
+      std::string_view data(buf.data(), n);
+      auto r = parser.feed(data);
+      if (r.status == core::http::Http1Parser::Status::Invalid) {
+        out.error = "malformed upgrade response: " + parser.error();
+        co_return out;
+      }
+      if (parser.head_ready()) {
+        out.status = parser.head().status;
+        // Verbatim pass-through: the head as received and anything after it.
+        passed.append(data);
+        auto [wec, w] = co_await downstream.write(asio::buffer(passed));
+        passed.clear();
+        if (wec) co_return out;
+        if (out.status == 101 || r.status == core::http::Http1Parser::Status::MessageComplete) {
+          break;
+        }
+        continue;
+      }
+      passed.append(data);
+    }
+    if (ec) {
+      if (!parser.head_ready()) out.error = "error reading upgrade response: " + ec.message();
+      co_return out;
+    }
+  }
+  if (out.status != 101) {
+    downstream.shutdown_send();
+    co_return out;
+  }
+  out.relayed = co_await relay_streams(downstream, upstream);
+  co_return out;
+}
+
+}  // namespace konn::kubeproxy

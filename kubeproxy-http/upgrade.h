@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <system_error>
+
+#include "core/io/asio_compat.h"
+#include "kubeproxy-http/byte_stream.h"
+
+namespace konn::kubeproxy {
+
+struct StreamRelayStats {
+  uint64_t downstream_to_upstream = 0;
+  uint64_t upstream_to_downstream = 0;
+  std::error_code error;  // first error other than EOF, if any
+};
+
+// Copies bytes both ways between `downstream` and `upstream` until both directions ended, as
+// core/relay does for plain sockets but over any ByteStream (TLS included): one buffer per
+// direction and no read before the previous write finished (memory bounded at 2 * buffer_size),
+// EOF on one side becomes a half-close of the other, an error closes both.
+core::io::Awaitable<StreamRelayStats> relay_streams(ByteStream& downstream, ByteStream& upstream,
+                                                    size_t buffer_size = 64 * 1024);
+
+// The upgrade exchange after the request was sent upstream: reads the apiserver's answer from
+// `upstream`; on 101 Switching Protocols passes the answer (and any bytes after it) to
+// `downstream` and relays both ways until both sides closed; on any other answer passes that
+// answer through and ends. `error` is set when the apiserver sent nothing usable (the caller then
+// answers 502 itself). Returns the answer's status, 0 when none arrived.
+struct UpgradeOutcome {
+  int status = 0;
+  std::string error;
+  StreamRelayStats relayed;
+};
+core::io::Awaitable<UpgradeOutcome> finish_upgrade(ByteStream& downstream, ByteStream& upstream);
+
+}  // namespace konn::kubeproxy
