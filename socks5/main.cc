@@ -1,0 +1,35 @@
+// socks5: a SOCKS5 server (RFC 1928/1929) for reaching private apiservers. See README.md.
+#include <cstdio>
+#include <exception>
+
+#include "core/config/flag_parser.h"
+#include "core/log/logger.h"
+#include "socks5/socks5_app.h"
+#include "socks5/socks5_options.h"
+
+int main(int argc, char** argv) {
+  konn::socks5::Socks5Options options;
+  konn::core::config::FlagParser parser("socks5", "SOCKS5 server (CONNECT, BIND, UDP ASSOCIATE)");
+  options.register_flags(parser);
+  auto parsed = parser.parse(argc, argv);
+  if (parsed.exit_now) {
+    std::printf("%s", parsed.output.c_str());
+    return 0;
+  }
+  auto errors = parsed.errors;
+  for (auto& e : options.validate()) errors.push_back(e);
+  if (!konn::core::log::set_level(options.log_level)) errors.push_back("--log-level: unknown level");
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::fprintf(stderr, "socks5: %s\n", e.c_str());
+    return 2;
+  }
+  if (!options.log_file.empty()) konn::core::log::set_file(options.log_file);
+  try {
+    options.print(*konn::core::log::get("socks5"));
+    konn::socks5::Socks5App app(options);
+    return app.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "socks5: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,103 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <asio/ip/tcp.hpp>
+
+#include "core/io/asio_compat.h"
+#include "core/net/resolver.h"
+#include "socks5/socks5_options.h"
+#include "socks5/user_db.h"
+
+namespace konn::socks5 {
+
+// What a session's close line reports, and its log prefix.
+struct SessionInfo {
+  uint64_t id = 0;
+  asio::ip::tcp::endpoint client;
+  std::string user = "-";
+  std::string command = "-";
+  std::string destination = "-";
+  std::string reply = "-";       // the REP we sent, by name
+  std::string reason = "done";   // why it ended
+  uint64_t bytes_up = 0;         // client → destination
+  uint64_t bytes_down = 0;       // destination → client
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  std::string log_prefix() const { return "[S" + std::to_string(id) + "] "; }
+};
+
+// Lets shutdown close a session from outside. `close` is set and cleared by the session, and
+// only ever run on `executor` (so it never races the session).
+struct SessionHandle {
+  asio::any_io_executor executor;
+  std::function<void()> close;
+};
+
+// Every live session, for graceful shutdown and limits. Thread-safe (one mutex).
+class SessionRegistry {
+ public:
+  SessionRegistry(int max_total, int max_per_client)
+      : max_total_(max_total), max_per_client_(max_per_client) {}
+
+  // Reserves a slot for a client; nullptr when a limit is reached (the caller closes). The slot
+  // frees itself when the returned handle is destroyed.
+  class Slot;
+  std::unique_ptr<Slot> admit(const asio::ip::address& client, asio::any_io_executor ex,
+                              std::string* refusal);
+
+  size_t active() const;
+  // Posts `close` of every live session to its executor.
+  void close_all();
+
+ private:
+  friend class Slot;
+  void release(uint64_t id, const asio::ip::address& client);
+
+  const int max_total_;
+  const int max_per_client_;
+  mutable std::mutex mu_;  // guards the maps and next_id_
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::weak_ptr<SessionHandle>> sessions_;
+  std::unordered_map<std::string, int> per_client_;
+};
+
+class SessionRegistry::Slot {
+ public:
+  Slot(SessionRegistry& r, uint64_t id, asio::ip::address client,
+       std::shared_ptr<SessionHandle> handle)
+      : registry_(r), id_(id), client_(client), handle_(std::move(handle)) {}
+  ~Slot() { registry_.release(id_, client_); }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+  uint64_t id() const { return id_; }
+  SessionHandle& handle() { return *handle_; }
+
+ private:
+  SessionRegistry& registry_;
+  uint64_t id_;
+  asio::ip::address client_;
+  std::shared_ptr<SessionHandle> handle_;
+};
+
+// What a session needs from the server; all of it outlives every session.
+struct SessionEnv {
+  const Socks5Options& options;
+  UserDb* users;  // nullptr: no authentication (method 00)
+  core::net::Resolver& resolver;  // the one of this session's io_context
+};
+
+// One client connection, from greeting to close: greet → auth → request → dial → reply →
+// relay, written as straight-line code (the position in the coroutine is the state). Logs one
+// close line. Runs on the client socket's executor.
+core::io::Awaitable<void> run_session(asio::ip::tcp::socket client, SessionEnv env,
+                                std::unique_ptr<SessionRegistry::Slot> slot);
+
+}  // namespace konn::socks5

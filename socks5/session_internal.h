@@ -1,0 +1,54 @@
+#pragma once
+
+// Pieces shared by the session's command handlers (session.cc, bind_command.cc,
+// udp_associate.cc). Not part of the library's interface.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <asio/ip/tcp.hpp>
+
+#include "core/io/asio_compat.h"
+#include "socks5/codec/reply.h"
+#include "socks5/codec/request.h"
+#include "socks5/session.h"
+
+namespace konn::socks5::detail {
+
+// Writes all of `bytes`; false on error.
+core::io::Awaitable<bool> write_all(asio::ip::tcp::socket& s, const std::vector<uint8_t>& bytes);
+
+// Sends a reply and records it in `info`.
+core::io::Awaitable<bool> send_reply(asio::ip::tcp::socket& s, SessionInfo& info,
+                               codec::ReplyCode code, asio::ip::address bound = {},
+                               uint16_t port = 0);
+
+// Applies the rules to one destination; logs a denial line. `host` is "" for IP requests.
+bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& command,
+             const std::string& host, const asio::ip::address& dest, uint16_t port);
+
+// The handlers after a successful request parse. Each sends its replies and ends the session's
+// work; `early` holds bytes the client sent after the request.
+core::io::Awaitable<void> handle_connect(asio::ip::tcp::socket& client, const codec::Request& req,
+                                   std::vector<uint8_t> early, SessionEnv env, SessionInfo& info,
+                                   SessionHandle& handle);
+core::io::Awaitable<void> handle_bind(asio::ip::tcp::socket& client, const codec::Request& req,
+                                std::vector<uint8_t> early, SessionEnv env, SessionInfo& info,
+                                SessionHandle& handle);
+core::io::Awaitable<void> handle_udp_associate(asio::ip::tcp::socket& client, const codec::Request& req,
+                                         SessionEnv env, SessionInfo& info, SessionHandle& handle);
+
+// Relays two connected TCP sockets until both directions end (splice or buffered, idle
+// timeout applied), adding the byte counts to `info`.
+core::io::Awaitable<void> relay_tcp(asio::ip::tcp::socket& client, asio::ip::tcp::socket& upstream,
+                              const Socks5Options& options, SessionInfo& info);
+
+inline asio::ip::address unmap(const asio::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+  }
+  return a;
+}
+
+}  // namespace konn::socks5::detail

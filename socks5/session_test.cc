@@ -1,0 +1,282 @@
+#include "socks5/session.h"
+
+#include <future>
+#include <thread>
+
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+#include <catch2/catch.hpp>
+
+#include "core/net/listener.h"
+#include "socks5/socks5_app.h"
+
+using namespace std::chrono_literals;
+using asio::ip::tcp;
+using Bytes = std::vector<uint8_t>;
+
+namespace {
+
+// The daemon in-process on 127.0.0.1:0, run on its own thread.
+class TestServer {
+ public:
+  explicit TestServer(konn::socks5::Socks5Options o) : options_(std::move(o)) {
+    options_.bind_address = "127.0.0.1";
+    options_.port = 0;
+    options_.workers = 2;
+    auto errors = options_.validate();
+    REQUIRE(errors.empty());
+    app_ = std::make_unique<konn::socks5::Socks5App>(options_);
+    thread_ = std::thread([this] { app_->run(); });
+  }
+  ~TestServer() {
+    app_->stop();
+    thread_.join();
+  }
+  tcp::endpoint endpoint() const { return app_->local_endpoint(); }
+  konn::socks5::Socks5App& app() { return *app_; }
+
+ private:
+  konn::socks5::Socks5Options options_;
+  std::unique_ptr<konn::socks5::Socks5App> app_;
+  std::thread thread_;
+};
+
+// An echo server on 127.0.0.1:0 that remembers each client's address.
+class EchoServer {
+ public:
+  EchoServer() : acceptor_(konn::core::net::listen_tcp(ctx_, "127.0.0.1", 0)) {
+    thread_ = std::thread([this] {
+      for (;;) {
+        std::error_code ec;
+        tcp::socket s(ctx_);
+        acceptor_.accept(s, ec);
+        if (ec) return;
+        peers.set_value(s.remote_endpoint());
+        std::thread([s = std::move(s)]() mutable {
+          std::array<char, 4096> b;
+          std::error_code e;
+          for (;;) {
+            size_t n = s.read_some(asio::buffer(b), e);
+            if (e) break;
+            asio::write(s, asio::buffer(b.data(), n), e);
+          }
+          s.shutdown(tcp::socket::shutdown_send, e);
+        }).detach();
+      }
+    });
+  }
+  ~EchoServer() {
+    std::error_code ec;
+    acceptor_.cancel(ec);
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);
+    thread_.join();
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  std::promise<tcp::endpoint> peers;  // first client only
+
+ private:
+  asio::io_context ctx_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
+// A blocking client socket with a receive timeout, so a broken server cannot hang a test.
+struct Client {
+  asio::io_context ctx;
+  tcp::socket s{ctx};
+  explicit Client(tcp::endpoint ep) {
+    s.connect(ep);
+    timeval tv{5, 0};
+    ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  void send(const Bytes& b) { asio::write(s, asio::buffer(b)); }
+  Bytes recv(size_t n) {
+    Bytes b(n);
+    std::error_code ec;
+    size_t got = asio::read(s, asio::buffer(b), ec);
+    b.resize(got);
+    return b;
+  }
+  // True when the server closed the connection (EOF or reset) without sending anything more.
+  bool closed() {
+    uint8_t c;
+    std::error_code ec;
+    size_t n = s.read_some(asio::buffer(&c, 1), ec);
+    return n == 0 && (ec == asio::error::eof || ec == asio::error::connection_reset);
+  }
+};
+
+Bytes connect_ipv4(uint16_t port) {
+  return {0x05, 0x01, 0x00, 0x01, 127, 0, 0, 1, static_cast<uint8_t>(port >> 8),
+          static_cast<uint8_t>(port & 0xFF)};
+}
+
+// Method selection 00, then a failure reply with `code` and 0.0.0.0:0.
+Bytes failed_request(uint8_t code) { return {0x05, 0x00, 0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0}; }
+
+uint16_t reply_port(const Bytes& r) { return static_cast<uint16_t>(r[8] << 8 | r[9]); }
+
+konn::socks5::Socks5Options defaults() {
+  konn::socks5::Socks5Options o;
+  o.handshake_timeout = 2s;
+  o.connect_timeout = 2s;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("CONNECT byte by byte; the reply carries the address the destination saw", "[session]") {
+  EchoServer echo;
+  TestServer server(defaults());
+  Client c(server.endpoint());
+  Bytes all{0x05, 0x01, 0x00};
+  auto req = connect_ipv4(echo.port());
+  all.insert(all.end(), req.begin(), req.end());
+  for (size_t i = 0; i < 3; ++i) c.send({all[i]});
+  CHECK(c.recv(2) == Bytes{0x05, 0x00});
+  for (size_t i = 3; i < all.size(); ++i) c.send({all[i]});
+  auto reply = c.recv(10);
+  REQUIRE(reply.size() == 10);
+  CHECK(reply[1] == 0x00);
+  auto seen = echo.peers.get_future().get();
+  CHECK(reply_port(reply) == seen.port());
+  c.send({'p', 'i', 'n', 'g'});
+  CHECK(c.recv(4) == Bytes{'p', 'i', 'n', 'g'});
+}
+
+TEST_CASE("greeting, request and first data coalesced in one write", "[session]") {
+  EchoServer echo;
+  TestServer server(defaults());
+  Client c(server.endpoint());
+  Bytes all{0x05, 0x01, 0x00};
+  auto req = connect_ipv4(echo.port());
+  all.insert(all.end(), req.begin(), req.end());
+  all.insert(all.end(), {'h', 'e', 'l', 'l', 'o'});
+  c.send(all);
+  CHECK(c.recv(2) == Bytes{0x05, 0x00});
+  CHECK(c.recv(10)[1] == 0x00);
+  CHECK(c.recv(5) == Bytes{'h', 'e', 'l', 'l', 'o'});
+}
+
+TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffected",
+          "[session]") {
+  EchoServer echo;
+  auto o = defaults();
+  o.handshake_timeout = 500ms;
+  TestServer server(o);
+  // A healthy session that stays open through all of it.
+  Client healthy(server.endpoint());
+  healthy.send({0x05, 0x01, 0x00});
+  REQUIRE(healthy.recv(2) == Bytes{0x05, 0x00});
+  healthy.send(connect_ipv4(echo.port()));
+  REQUIRE(healthy.recv(10)[1] == 0x00);
+
+  struct Case {
+    const char* name;
+    Bytes send;
+    Bytes expect;  // then the server closes
+  };
+  std::vector<Case> cases{
+      {"wrong version (SOCKS4)", {0x04, 0x01, 0x00, 0x50, 127, 0, 0, 1, 0}, {}},
+      {"HTTP instead of SOCKS", {'G', 'E', 'T', ' ', '/'}, {}},
+      {"zero methods", {0x05, 0x00}, {0x05, 0xFF}},
+      {"unknown method only", {0x05, 0x01, 0x80}, {0x05, 0xFF}},
+      {"bad ATYP", {0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x09, 1, 2}, failed_request(0x08)},
+      {"zero-length name", {0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x03, 0x00, 0x00, 0x50},
+       failed_request(0x01)},
+      {"unknown command", {0x05, 0x01, 0x00, 0x05, 0x09, 0x00, 0x01, 127, 0, 0, 1, 0, 80},
+       failed_request(0x07)},
+      {"request with wrong version", {0x05, 0x01, 0x00, 0x04, 0x01, 0x00, 0x01}, {0x05, 0x00}},
+  };
+  for (const auto& tc : cases) {
+    INFO(tc.name);
+    Client c(server.endpoint());
+    c.send(tc.send);
+    auto got = c.recv(tc.expect.size());
+    CHECK(Bytes(got.begin(), got.begin() + static_cast<long>(std::min(got.size(), tc.expect.size()))) == tc.expect);
+    CHECK(c.closed());
+  }
+  SECTION("truncated request then EOF") {
+    Client c(server.endpoint());
+    c.send({0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x03, 0x0A, 'a', 'b'});
+    CHECK(c.recv(2) == Bytes{0x05, 0x00});
+    c.s.shutdown(tcp::socket::shutdown_send);
+    CHECK(c.closed());
+  }
+  SECTION("slowloris is closed at the handshake timeout") {
+    Client c(server.endpoint());
+    auto start = std::chrono::steady_clock::now();
+    c.send({0x05});
+    std::this_thread::sleep_for(100ms);  // Exception: simulating a slow client needs pauses
+    c.send({0x01});
+    CHECK(c.closed());
+    auto took = std::chrono::steady_clock::now() - start;
+    CHECK(took >= 450ms);
+    CHECK(took < 3s);
+  }
+  // The healthy session still works.
+  healthy.send({'o', 'k'});
+  CHECK(healthy.recv(2) == Bytes{'o', 'k'});
+}
+
+TEST_CASE("refused destination gets 05, a rule denial gets 02", "[session]") {
+  auto o = defaults();
+  o.rules = {"deny to=127.0.0.2/32"};
+  TestServer server(o);
+  // A port that refuses: bind, then close.
+  uint16_t closed_port;
+  {
+    asio::io_context ctx;
+    auto a = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
+    closed_port = a.local_endpoint().port();
+  }
+  Client c(server.endpoint());
+  c.send({0x05, 0x01, 0x00});
+  c.recv(2);
+  c.send(connect_ipv4(closed_port));
+  CHECK(c.recv(10) == Bytes{0x05, 0x05, 0x00, 0x01, 0, 0, 0, 0, 0, 0});
+  CHECK(c.closed());
+
+  Client d(server.endpoint());
+  d.send({0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x01, 127, 0, 0, 2, 0, 80});
+  d.recv(2);
+  CHECK(d.recv(10)[1] == 0x02);
+  CHECK(d.closed());
+}
+
+TEST_CASE("idle sessions are closed after the idle timeout", "[session]") {
+  EchoServer echo;
+  auto o = defaults();
+  o.idle_timeout = 300ms;
+  TestServer server(o);
+  Client c(server.endpoint());
+  c.send({0x05, 0x01, 0x00});
+  c.recv(2);
+  c.send(connect_ipv4(echo.port()));
+  REQUIRE(c.recv(10)[1] == 0x00);
+  auto start = std::chrono::steady_clock::now();
+  CHECK(c.closed());
+  auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took >= 250ms);
+  CHECK(took < 3s);
+}
+
+TEST_CASE("per-client session limit closes the extra connection", "[session]") {
+  auto o = defaults();
+  o.max_sessions_per_client = 1;
+  TestServer server(o);
+  Client first(server.endpoint());
+  first.send({0x05, 0x01, 0x00});
+  REQUIRE(first.recv(2) == Bytes{0x05, 0x00});
+  Client second(server.endpoint());
+  CHECK(second.closed());
+  first.s.close();
+  // Once the first is gone a new one is admitted (poll: the slot frees asynchronously).
+  auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (server.app().active_sessions() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  Client third(server.endpoint());
+  third.send({0x05, 0x01, 0x00});
+  CHECK(third.recv(2) == Bytes{0x05, 0x00});
+}

@@ -1,0 +1,88 @@
+#include "socks5/socks5_options.h"
+
+namespace konn::socks5 {
+
+using core::config::format_go_duration;
+
+void Socks5Options::register_flags(core::config::FlagParser& p) {
+  p.add("bind-address", &bind_address, "Address to listen on (\"\" for every interface)");
+  p.add("port", &port, "TCP port to listen on (0 picks a free one; the log says which)");
+  p.add("users-file", &users_file,
+        "File of user:crypt-hash lines (openssl passwd -6); when set, authentication is required");
+  p.add_custom(
+      "rule",
+      [this](const std::string& v) {
+        rules.push_back(v);
+        return std::string();
+      },
+      "Access rule, repeatable, first match wins: allow|deny [from=CIDR] [user=NAME] [to=CIDR] "
+      "[host=GLOB] [port=N|N-M] [cmd=connect|bind|udp]");
+  p.add("default-policy", &default_policy, "allow or deny when no rule matches");
+  p.add("handshake-timeout", &handshake_timeout, "Time allowed for greeting, auth and request");
+  p.add("connect-timeout", &connect_timeout, "Time allowed to resolve and connect a destination");
+  p.add("idle-timeout", &idle_timeout, "Close a session with no traffic for this long (0 = never)");
+  p.add("max-sessions", &max_sessions, "Maximum concurrent sessions (0 = unlimited)");
+  p.add("max-sessions-per-client", &max_sessions_per_client,
+        "Maximum concurrent sessions per client IP (0 = unlimited)");
+  p.add("dns-servers", &dns_servers, "Name servers ip[:port], comma separated (default: system)");
+  p.add("dns-timeout", &dns_timeout, "Per-try DNS timeout");
+  p.add("enable-bind", &enable_bind, "Accept the BIND command");
+  p.add("enable-udp", &enable_udp, "Accept the UDP ASSOCIATE command");
+  p.add("splice", &splice, "Relay plain TCP with splice(2) (zero-copy)");
+  p.add("buffer-size", &buffer_size, "Bytes per direction for the buffered relay");
+  p.add("workers", &workers, "I/O threads (0 = one per core)");
+  p.add("graceful-shutdown-timeout", &graceful_shutdown_timeout,
+        "On SIGTERM, how long sessions may finish before they are closed");
+  p.add("log-level", &log_level, "trace, debug, info, warn, error, off (or klog 0-10)");
+  p.add("log-file", &log_file, "Write logs to this file instead of stderr");
+}
+
+std::vector<std::string> Socks5Options::validate() {
+  std::vector<std::string> errors;
+  if (port < 0 || port > 65535) errors.push_back("--port: must be 0..65535");
+  if (default_policy != "allow" && default_policy != "deny") {
+    errors.push_back("--default-policy: must be allow or deny");
+  }
+  if (handshake_timeout <= core::config::Duration::zero()) {
+    errors.push_back("--handshake-timeout: must be positive");
+  }
+  if (connect_timeout <= core::config::Duration::zero()) {
+    errors.push_back("--connect-timeout: must be positive");
+  }
+  if (idle_timeout < core::config::Duration::zero()) errors.push_back("--idle-timeout: must be >= 0");
+  if (max_sessions < 0) errors.push_back("--max-sessions: must be >= 0");
+  if (max_sessions_per_client < 0) errors.push_back("--max-sessions-per-client: must be >= 0");
+  if (buffer_size < 512 || buffer_size > 16 * 1024 * 1024) {
+    errors.push_back("--buffer-size: must be 512..16777216");
+  }
+  if (workers < 0) errors.push_back("--workers: must be >= 0");
+  std::vector<Rule> parsed;
+  for (const auto& text : rules) {
+    Rule r;
+    auto err = Rule::parse(text, &r);
+    if (!err.empty()) {
+      errors.push_back("--rule: " + err);
+    } else {
+      parsed.push_back(std::move(r));
+    }
+  }
+  rule_set = RuleSet(std::move(parsed), default_policy != "deny");
+  return errors;
+}
+
+void Socks5Options::print(spdlog::logger& log) const {
+  log.info(
+      "options: bind-address={:?} port={} users-file={:?} rules={} default-policy={} "
+      "handshake-timeout={} connect-timeout={} idle-timeout={} max-sessions={} "
+      "max-sessions-per-client={} dns-servers={} enable-bind={} enable-udp={} splice={} "
+      "buffer-size={} workers={} graceful-shutdown-timeout={}",
+      bind_address, port, users_file, rules.size(), default_policy,
+      format_go_duration(handshake_timeout), format_go_duration(connect_timeout),
+      format_go_duration(idle_timeout), max_sessions, max_sessions_per_client,
+      dns_servers.empty() ? std::string("system") : fmt::format("{}", fmt::join(dns_servers, ",")),
+      enable_bind, enable_udp, splice, buffer_size, workers,
+      format_go_duration(graceful_shutdown_timeout));
+  for (size_t i = 0; i < rules.size(); ++i) log.info("rule {}: {}", i, rules[i]);
+}
+
+}  // namespace konn::socks5
