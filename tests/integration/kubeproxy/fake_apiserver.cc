@@ -1,0 +1,284 @@
+// A small TLS "apiserver" for kubeproxy-http's tests and benchmark. It checks the credentials it
+// receives (bearer token, basic auth or client certificate) and serves:
+//   GET  /api, /apis                          discovery documents
+//   GET  /api/v1/namespaces/default/pods      a PodList; with ?watch=1 a chunked watch that emits
+//                                             --watch-events events, one every --watch-interval
+//   GET  /download?bytes=N                    N bytes (Content-Length)
+//   POST /echo                                the request body back (Content-Length)
+//   GET  /headers                             the request headers as JSON
+//   GET  /stats                               connections accepted so far
+//   any  path with "Upgrade: konn-echo"       101, then echoes bytes; on EOF writes "BYE\n" and
+//                                             closes (exercises half-close)
+// Usage: kubeproxy-fake-apiserver --cert c --key k [--client-ca ca] [--token t] [--basic u:p]
+//        [--port 0] [--plain] ; prints "listening on 127.0.0.1:PORT".
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <asio/ssl.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/http/http1_parser.h"
+#include "core/http/http1_writer.h"
+#include "core/io/asio_compat.h"
+#include "core/tls/tls_context.h"
+#include "kubeproxy-http/byte_stream.h"
+
+namespace {
+
+using konn::core::http::Headers;
+using konn::core::http::Http1Parser;
+using konn::core::io::Awaitable;
+using konn::kubeproxy::ByteStream;
+
+struct Config {
+  std::string cert, key, client_ca, token, basic;
+  int port = 0;
+  bool plain = false;
+  int watch_events = 5;
+  int watch_interval_ms = 200;
+  uint16_t bound_port = 0;
+};
+
+std::atomic<uint64_t> g_connections{0};
+
+std::string b64(const std::string& raw) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < raw.size(); i += 3) {
+    uint32_t v = (static_cast<uint8_t>(raw[i]) << 16) | (static_cast<uint8_t>(raw[i + 1]) << 8) |
+                 static_cast<uint8_t>(raw[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out.push_back(k[(v >> s) & 63]);
+  }
+  if (i < raw.size()) {
+    uint32_t v = static_cast<uint8_t>(raw[i]) << 16;
+    if (i + 1 < raw.size()) v |= static_cast<uint8_t>(raw[i + 1]) << 8;
+    out.push_back(k[(v >> 18) & 63]);
+    out.push_back(k[(v >> 12) & 63]);
+    out.push_back(i + 1 < raw.size() ? k[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+Awaitable<bool> send(ByteStream& s, const std::string& text) {
+  auto [ec, n] = co_await s.write(asio::buffer(text));
+  co_return !ec;
+}
+
+Awaitable<bool> send_json(ByteStream& s, int status, const nlohmann::json& j) {
+  std::string body = j.dump();
+  Headers h{{"Content-Type", "application/json"}, {"Content-Length", std::to_string(body.size())},
+            {"Access-Control-Allow-Origin", "*"}};
+  co_return co_await send(s, konn::core::http::write_response_head(status, "", h) + body);
+}
+
+nlohmann::json status_json(int code, const std::string& reason, const std::string& msg) {
+  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
+          {"status", "Failure"}, {"message", msg}, {"reason", reason}, {"code", code}};
+}
+
+nlohmann::json pod(int i) {
+  return {{"kind", "Pod"},
+          {"apiVersion", "v1"},
+          {"metadata", {{"name", "pod-" + std::to_string(i)}, {"namespace", "default"},
+                        {"resourceVersion", std::to_string(100 + i)}}}};
+}
+
+Headers chunked_json_headers() {
+  return {{"Content-Type", "application/json"}, {"Transfer-Encoding", "chunked"}};
+}
+Headers octet_headers(uint64_t n) {
+  return {{"Content-Type", "application/octet-stream"}, {"Content-Length", std::to_string(n)}};
+}
+
+// Serves one connection (plain or TLS). `client_cert_ok` is true when the TLS peer presented a
+// certificate our client CA verified.
+Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok) {
+  std::vector<char> buf(64 * 1024);
+  std::string pending;
+  Http1Parser p(Http1Parser::Kind::Request);
+  for (;;) {
+    p.reset();
+    std::string body;
+    bool complete = false;
+    while (!complete) {
+      if (pending.empty()) {
+        auto [ec, n] = co_await s.read_some(asio::buffer(buf));
+        if (ec || n == 0) co_return;
+        pending.assign(buf.data(), n);
+      }
+      auto r = p.feed(pending);
+      for (auto piece : r.body) body.append(piece);
+      pending.erase(0, r.consumed);
+      if (r.status == Http1Parser::Status::Invalid) {
+        co_await send(s, konn::core::http::write_text_response(400, "bad request\n", true));
+        co_return;
+      }
+      complete = r.status == Http1Parser::Status::MessageComplete;
+    }
+    const auto& h = p.head();
+    std::string path = h.target.substr(0, h.target.find('?'));
+    std::string query = h.target.find('?') == std::string::npos ? "" : h.target.substr(h.target.find('?') + 1);
+
+    // Authentication: any configured method that matches; none configured = anonymous OK.
+    bool need_auth = !cfg.token.empty() || !cfg.basic.empty() || !cfg.client_ca.empty();
+    bool authed = !need_auth || client_cert_ok;
+    if (const std::string* a = h.find("Authorization")) {
+      if (!cfg.token.empty() && *a == "Bearer " + cfg.token) authed = true;
+      if (!cfg.basic.empty() && *a == "Basic " + b64(cfg.basic)) authed = true;
+    }
+    if (!authed) {
+      if (!co_await send_json(s, 401, status_json(401, "Unauthorized", "Unauthorized"))) co_return;
+      continue;
+    }
+
+    if (h.find("Upgrade") != nullptr && konn::core::http::iequals(*h.find("Upgrade"), "konn-echo")) {
+      if (!co_await send(s, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                            "Upgrade: konn-echo\r\n\r\n" + pending)) {
+        co_return;
+      }
+      for (;;) {
+        auto [ec, n] = co_await s.read_some(asio::buffer(buf));
+        if (n > 0 && !co_await send(s, std::string(buf.data(), n))) co_return;
+        if (ec) break;
+      }
+      co_await send(s, "BYE\n");
+      s.close();
+      co_return;
+    }
+
+    bool ok = true;
+    if (path == "/api" || path == "/api/") {
+      nlohmann::json j = {
+          {"kind", "APIVersions"},
+          {"versions", {"v1"}},
+          {"serverAddressByClientCIDRs",
+           {{{"clientCIDR", "0.0.0.0/0"},
+             {"serverAddress", "127.0.0.1:" + std::to_string(cfg.bound_port)}}}}};
+      ok = co_await send_json(s, 200, j);
+    } else if (path == "/apis") {
+      nlohmann::json j = {{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", nlohmann::json::array()}};
+      ok = co_await send_json(s, 200, j);
+    } else if (path == "/api/v1/namespaces/default/pods" &&
+               (query.find("watch=1") != std::string::npos || query.find("watch=true") != std::string::npos)) {
+      Headers hs = chunked_json_headers();
+      ok = co_await send(s, konn::core::http::write_response_head(200, "", hs));
+      asio::steady_timer t(s.get_executor());
+      for (int i = 0; ok && i < cfg.watch_events; ++i) {
+        if (i > 0) {
+          t.expires_after(std::chrono::milliseconds(cfg.watch_interval_ms));
+          co_await t.async_wait(konn::core::io::use_nothrow);
+        }
+        nlohmann::json e = {{"type", "ADDED"}, {"object", pod(i)}};
+        std::string ev = e.dump() + "\n";
+        ok = co_await send(s, konn::core::http::chunk_header(ev.size()) + ev + "\r\n");
+      }
+      if (ok) ok = co_await send(s, std::string(konn::core::http::kLastChunk));
+    } else if (path == "/api/v1/namespaces/default/pods") {
+      nlohmann::json j = {{"kind", "PodList"}, {"apiVersion", "v1"},
+                          {"metadata", {{"resourceVersion", "100"}}},
+                          {"items", {pod(0), pod(1)}}};
+      ok = co_await send_json(s, 200, j);
+    } else if (path == "/download") {
+      uint64_t n = 0;
+      auto pos = query.find("bytes=");
+      if (pos != std::string::npos) n = std::strtoull(query.c_str() + pos + 6, nullptr, 10);
+      Headers hs = octet_headers(n);
+      ok = co_await send(s, konn::core::http::write_response_head(200, "", hs));
+      std::vector<char> chunk(256 * 1024, 'x');
+      while (ok && n > 0) {
+        size_t m = std::min<uint64_t>(n, chunk.size());
+        auto [ec, w] = co_await s.write(asio::buffer(chunk.data(), m));
+        ok = !ec;
+        n -= m;
+      }
+    } else if (path == "/echo") {
+      Headers hs = octet_headers(body.size());
+      ok = co_await send(s, konn::core::http::write_response_head(200, "", hs) + body);
+    } else if (path == "/headers") {
+      nlohmann::json j = nlohmann::json::object();
+      for (const auto& [k, v] : h.headers) j[k].push_back(v);
+      ok = co_await send_json(s, 200, j);
+    } else if (path == "/stats") {
+      nlohmann::json j = {{"connections", g_connections.load()}};
+      ok = co_await send_json(s, 200, j);
+    } else {
+      ok = co_await send_json(s, 404, status_json(404, "NotFound", "the server could not find the requested resource"));
+    }
+    if (!ok || !h.keep_alive) co_return;
+  }
+}
+
+Awaitable<void> accept_loop(asio::ip::tcp::acceptor& acceptor, const Config& cfg,
+                            std::shared_ptr<asio::ssl::context> tls) {
+  for (;;) {
+    auto [ec, sock] = co_await acceptor.async_accept(konn::core::io::use_nothrow);
+    if (ec) co_return;
+    g_connections.fetch_add(1);
+    sock.set_option(asio::ip::tcp::no_delay(true));
+    if (!tls) {
+      asio::co_spawn(acceptor.get_executor(), serve(ByteStream(std::move(sock)), cfg, false), asio::detached);
+      continue;
+    }
+    asio::co_spawn(
+        acceptor.get_executor(),
+        [](asio::ip::tcp::socket sk, std::shared_ptr<asio::ssl::context> ctx,
+           const Config& c) -> Awaitable<void> {
+          auto st = std::make_unique<ByteStream::Tls>(std::move(sk), *ctx);
+          auto [hec] = co_await st->async_handshake(asio::ssl::stream_base::server,
+                                                     konn::core::io::use_nothrow);
+          if (hec) co_return;
+          X509* peer = SSL_get1_peer_certificate(st->native_handle());
+          bool cert_ok = peer != nullptr && SSL_get_verify_result(st->native_handle()) == X509_V_OK;
+          if (peer) X509_free(peer);
+          co_await serve(ByteStream(std::move(st)), c, cert_ok);
+        }(std::move(sock), tls, cfg),
+        asio::detached);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--cert") cfg.cert = next();
+    else if (a == "--key") cfg.key = next();
+    else if (a == "--client-ca") cfg.client_ca = next();
+    else if (a == "--token") cfg.token = next();
+    else if (a == "--basic") cfg.basic = next();
+    else if (a == "--port") cfg.port = std::atoi(next().c_str());
+    else if (a == "--plain") cfg.plain = true;
+    else if (a == "--watch-events") cfg.watch_events = std::atoi(next().c_str());
+    else if (a == "--watch-interval-ms") cfg.watch_interval_ms = std::atoi(next().c_str());
+    else {
+      std::cerr << "unknown argument " << a << "\n";
+      return 2;
+    }
+  }
+  std::shared_ptr<asio::ssl::context> tls;
+  if (!cfg.plain) {
+    konn::core::tls::ServerTlsConfig t;
+    t.cert_file = cfg.cert;
+    t.key_file = cfg.key;
+    tls = konn::core::tls::make_server_context(t);
+    if (!cfg.client_ca.empty()) {
+      // Ask for a client certificate but let token users in without one.
+      tls->load_verify_file(cfg.client_ca);
+      tls->set_verify_mode(asio::ssl::verify_peer);
+      tls->set_verify_callback([](bool, asio::ssl::verify_context&) { return true; });
+    }
+  }
+  asio::io_context ctx;
+  asio::ip::tcp::acceptor acceptor(ctx, {asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(cfg.port)});
+  cfg.bound_port = acceptor.local_endpoint().port();
+  std::cout << "listening on 127.0.0.1:" << cfg.bound_port << std::endl;
+  asio::co_spawn(ctx, accept_loop(acceptor, cfg, tls), asio::detached);
+  ctx.run();
+}

@@ -1,0 +1,611 @@
+// End-to-end tests of kubeproxy-http: the built binary in front of the TLS fake apiserver
+// (fake_apiserver.cc), driven by real curl and kubectl and by raw sockets for bad input.
+// Everything binds port 0 on loopback, lives in a temp dir and waits on events with deadlines.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+std::string bin(const std::string& name) {
+  const char* d = std::getenv("KONN_BIN_DIR");
+  return std::string(d ? d : ".") + "/" + name;
+}
+std::string source(const std::string& rel) {
+  // Exception: konn_add_unit_tests passes two ENVIRONMENT entries in a way ctest reads as one, so
+  // KONN_SOURCE_DIR may be missing; this file's own path gives the source tree too.
+  if (const char* d = std::getenv("KONN_SOURCE_DIR")) return std::string(d) + "/" + rel;
+  fs::path here = fs::path(__FILE__).parent_path();  // <src>/tests/integration/kubeproxy
+  return (here.parent_path().parent_path().parent_path() / rel).string();
+}
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/kubeproxy-e2e-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// A spawned process whose stdout/stderr go to files. Killed (SIGKILL after SIGTERM) on
+// destruction.
+class Child {
+ public:
+  Child(const std::vector<std::string>& argv, const fs::path& dir, const std::string& name,
+        const std::map<std::string, std::string>& env = {}, bool stdout_pipe = false)
+      : out_(dir / (name + ".out")), err_(dir / (name + ".err")) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    int fds[2] = {-1, -1};
+    if (stdout_pipe) {
+      REQUIRE(pipe(fds) == 0);
+      posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+      posix_spawn_file_actions_addclose(&fa, fds[0]);
+    } else {
+      posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    }
+    posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e) {
+      std::string kv = *e;
+      std::string k = kv.substr(0, kv.find('='));
+      if (env.count(k) == 0 && k != "KUBECONFIG" && k != "HTTPS_PROXY" && k != "https_proxy" &&
+          k != "HTTP_PROXY" && k != "http_proxy" && k != "NO_PROXY" && k != "no_proxy") {
+        env_s.push_back(kv);
+      }
+    }
+    for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = argv;
+    std::vector<char*> cargv;
+    for (auto& a : args) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    int rc = posix_spawnp(&pid_, cargv[0], &fa, nullptr, cargv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    if (stdout_pipe) {
+      close(fds[1]);
+      pipe_ = fds[0];
+    }
+    REQUIRE(rc == 0);
+  }
+  ~Child() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGTERM);
+      if (!wait_exit(3s)) {
+        kill(pid_, SIGKILL);
+        wait_exit(3s);
+      }
+    }
+    if (pipe_ >= 0) close(pipe_);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  // Polls (with a deadline) until the process exits; true when it did.
+  bool wait_exit(Clock::duration limit) {
+    auto deadline = Clock::now() + limit;
+    while (!exited_) {
+      int status = 0;
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exited_ = true;
+        code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
+  }
+  // Waits until stdout contains `needle`; returns stdout then.
+  std::string wait_output(const std::string& needle, Clock::duration limit = 10s) {
+    auto deadline = Clock::now() + limit;
+    for (;;) {
+      std::string s = slurp(out_);
+      if (s.find(needle) != std::string::npos) return s;
+      if (Clock::now() > deadline) {
+        FAIL("no \"" << needle << "\" in stdout: " << s << " stderr: " << slurp(err_));
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  int code() const { return code_; }
+  std::string out() const { return slurp(out_); }
+  std::string err() const { return slurp(err_); }
+  int pipe_fd() const { return pipe_; }
+
+ private:
+  fs::path out_, err_;
+  pid_t pid_ = -1;
+  int pipe_ = -1;
+  bool exited_ = false;
+  int code_ = -1;
+};
+
+struct RunResult {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+// Runs a client command to completion (bounded).
+RunResult run(const std::vector<std::string>& argv, const fs::path& dir,
+              const std::map<std::string, std::string>& env = {}) {
+  static int n = 0;
+  Child c(argv, dir, "run" + std::to_string(++n), env);
+  REQUIRE(c.wait_exit(30s));
+  return {c.code(), c.out(), c.err()};
+}
+
+uint16_t port_from(const std::string& line) {
+  auto pos = line.rfind(':');
+  return static_cast<uint16_t>(std::stoi(line.substr(pos + 1)));
+}
+
+// A blocking loopback TCP client with deadlines, for requests curl will not send.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  ~RawClient() { close(fd_); }
+  bool send(const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+      ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+  // Reads until `pred(received)` holds, EOF, or the deadline. Returns what was received.
+  template <typename Pred>
+  std::string read_until(Pred pred, Clock::duration limit = 10s) {
+    auto deadline = Clock::now() + limit;
+    while (!pred(data_) && !eof_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+      char buf[65536];
+      ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        eof_ = true;
+        break;
+      }
+      data_.append(buf, static_cast<size_t>(n));
+    }
+    return data_;
+  }
+  std::string read_until_contains(const std::string& s, Clock::duration limit = 10s) {
+    return read_until([&](const std::string& d) { return d.find(s) != std::string::npos; }, limit);
+  }
+  std::string read_to_eof(Clock::duration limit = 10s) {
+    return read_until([](const std::string&) { return false; }, limit);
+  }
+  bool eof() const { return eof_; }
+  void clear() { data_.clear(); }
+
+ private:
+  int fd_ = -1;
+  std::string data_;
+  bool eof_ = false;
+};
+
+// The fake apiserver (TLS, token "s3cret", client certs from the test CA) and a kubeconfig for it.
+struct Fixture {
+  TempDir dir;
+  std::unique_ptr<Child> apiserver;
+  uint16_t api_port = 0;
+
+  explicit Fixture(std::vector<std::string> extra = {}) {
+    auto r = run({"bash", source("tests/integration/kubeproxy/gen_certs.sh"), dir.path.string()},
+                 dir.path);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    std::vector<std::string> argv{bin("kubeproxy-fake-apiserver"),
+                                  "--cert", (dir.path / "server.crt").string(),
+                                  "--key", (dir.path / "server.key").string(),
+                                  "--client-ca", (dir.path / "ca.crt").string(),
+                                  "--token", "s3cret"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    apiserver = std::make_unique<Child>(argv, dir.path, "apiserver");
+    api_port = port_from(apiserver->wait_output("listening on"));
+    write_kubeconfig("config", "https://127.0.0.1:" + std::to_string(api_port),
+                     "    token: s3cret\n");
+  }
+
+  // Writes a kubeconfig with relative CA path; `user` is the YAML body of the user entry.
+  std::string write_kubeconfig(const std::string& name, const std::string& server,
+                               const std::string& user, const std::string& cluster_extra = "") {
+    std::ofstream(dir.path / name) << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n"
+                                      "  cluster:\n    server: "
+                                   << server << "\n    certificate-authority: ca.crt\n"
+                                   << cluster_extra << "users:\n- name: u\n  user:\n"
+                                   << user
+                                   << "contexts:\n- name: fake\n  context: {cluster: fake, user: u}\n"
+                                      "current-context: fake\n";
+    return (dir.path / name).string();
+  }
+
+  std::unique_ptr<Child> start_proxy(std::vector<std::string> args, const std::string& name = "kp",
+                                     uint16_t* port = nullptr) {
+    std::vector<std::string> argv{bin("kubeproxy-http"), "--port=0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto c = std::make_unique<Child>(argv, dir.path, name);
+    uint16_t p = port_from(c->wait_output("Starting to serve on 127.0.0.1:"));
+    if (port) *port = p;
+    return c;
+  }
+
+  std::string kubeconfig() const { return (dir.path / "config").string(); }
+  std::string url(uint16_t port, const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port) + path;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("curl and kubectl get --raw through the forwarder", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig()}, "kp", &port);
+  auto r = run({"curl", "-sS", "-i", f.url(port, "/api/")}, f.dir.path);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK"));
+  CHECK_THAT(r.out, Catch::Contains("\"kind\":\"APIVersions\""));
+  // CORS headers from the apiserver are removed, as kubectl proxy does.
+  CHECK_THAT(r.out, !Catch::Contains("Access-Control-Allow-Origin"));
+
+  r = run({"kubectl", "--server=" + f.url(port, ""), "get", "--raw", "/api"}, f.dir.path);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("APIVersions"));
+  r = run({"kubectl", "--server=" + f.url(port, ""), "get", "--raw",
+           "/api/v1/namespaces/default/pods"},
+          f.dir.path);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"kind\":\"PodList\"") && Catch::Contains("pod-1"));
+}
+
+TEST_CASE("pooled keep-alive upstream connections are reused", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig(), "--workers=1"}, "kp", &port);
+  for (int i = 0; i < 5; ++i) {
+    auto r = run({"curl", "-sS", "-f", f.url(port, "/api/v1/namespaces/default/pods")}, f.dir.path);
+    REQUIRE(r.code == 0);
+  }
+  auto r = run({"curl", "-sS", f.url(port, "/stats")}, f.dir.path);
+  // Six requests from six curl processes, one TLS connection to the apiserver.
+  CHECK(r.out == "{\"connections\":1}");
+}
+
+TEST_CASE("watch events arrive one by one", "[kubeproxy][e2e]") {
+  Fixture f({"--watch-events", "4", "--watch-interval-ms", "300"});
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig()}, "kp", &port);
+  Child curl({"curl", "-sS", "-N", f.url(port, "/api/v1/namespaces/default/pods?watch=1")},
+             f.dir.path, "watch", {}, true);
+  std::vector<Clock::time_point> arrivals;
+  std::string buf;
+  auto deadline = Clock::now() + 15s;
+  while (arrivals.size() < 4 && Clock::now() < deadline) {
+    pollfd p{curl.pipe_fd(), POLLIN, 0};
+    if (poll(&p, 1, 500) <= 0) continue;
+    char tmp[4096];
+    ssize_t n = read(curl.pipe_fd(), tmp, sizeof tmp);
+    if (n <= 0) break;
+    buf.append(tmp, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      CHECK_THAT(buf.substr(0, nl), Catch::Contains("\"type\":\"ADDED\""));
+      buf.erase(0, nl + 1);
+      arrivals.push_back(Clock::now());
+    }
+  }
+  REQUIRE(arrivals.size() == 4);
+  // Emitted 300 ms apart: buffered-to-the-end delivery would bunch them together.
+  for (size_t i = 1; i < arrivals.size(); ++i) {
+    CHECK(arrivals[i] - arrivals[i - 1] > 150ms);
+  }
+  CHECK(curl.wait_exit(10s));
+}
+
+TEST_CASE("upgrade round trip with half-close", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig()}, "kp", &port);
+  RawClient c(port);
+  REQUIRE(c.send("POST /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\n"
+                 "Host: localhost:" + std::to_string(port) + "\r\n"
+                 "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\nearly-"));
+  std::string got = c.read_until_contains("early-");
+  CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 101 Switching Protocols"));
+  REQUIRE(c.send("hello"));
+  got = c.read_until_contains("early-hello");
+  CHECK_THAT(got, Catch::EndsWith("early-hello"));
+  c.shutdown_write();  // half-close: the apiserver answers after our EOF
+  got = c.read_to_eof();
+  CHECK(c.eof());
+  CHECK_THAT(got, Catch::EndsWith("early-helloBYE\n"));
+}
+
+TEST_CASE("filters answer 403 Forbidden like kubectl", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig(), "--reject-methods=^DELETE$"}, "kp",
+                          &port);
+  auto r = run({"curl", "-sS", "-i", "-X", "POST",
+                f.url(port, "/api/v1/namespaces/default/pods/p/exec?command=ls")},
+               f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 403 Forbidden") && Catch::EndsWith("\r\n\r\nForbidden\n"));
+  r = run({"curl", "-sS", "-i", "-H", "Host: evil.example.com", f.url(port, "/api/")}, f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 403 Forbidden"));
+  r = run({"curl", "-sS", "-i", "-X", "DELETE", f.url(port, "/api/v1/namespaces/default/pods/p")},
+          f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 403 Forbidden"));
+  r = run({"curl", "-sS", "-i", f.url(port, "/api/v1/namespaces/default/pods/p/attach")},
+          f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 403 Forbidden"));
+}
+
+TEST_CASE("upstream down gives 502 with the reason", "[kubeproxy][e2e]") {
+  Fixture f;
+  // A port that was just free: nothing listens there.
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  uint16_t dead = ntohs(a.sin_port);
+  close(s);
+  auto cfg = f.write_kubeconfig("down", "https://127.0.0.1:" + std::to_string(dead),
+                                "    token: s3cret\n");
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + cfg}, "kp", &port);
+  auto r = run({"curl", "-sS", "-i", f.url(port, "/api/")}, f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 502 Bad Gateway"));
+  CHECK_THAT(r.out, Catch::Contains("connection refused") && Catch::Contains(std::to_string(dead)));
+}
+
+TEST_CASE("bad input: 431, slowloris, smuggling", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig(), "--max-header-bytes=8192",
+                           "--request-header-timeout=600ms"},
+                          "kp", &port);
+  SECTION("over-long header") {
+    RawClient c(port);
+    c.send("GET /api/ HTTP/1.1\r\nHost: localhost\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n");
+    auto got = c.read_to_eof();
+    CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 431 Request Header Fields Too Large"));
+    CHECK(c.eof());
+  }
+  SECTION("slowloris gets 408 and is closed") {
+    RawClient c(port);
+    auto start = Clock::now();
+    c.send("GET /api/ HTTP/1.1\r\nHost: localhost\r\n");
+    // Trickle one header byte every 100 ms; the whole head never arrives in time.
+    std::string got;
+    for (int i = 0; i < 40 && !c.eof(); ++i) {
+      c.send("X");
+      got = c.read_until([](const std::string& d) { return !d.empty(); }, 100ms);
+      if (!got.empty()) break;
+    }
+    got = c.read_to_eof(5s);
+    CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 408"));
+    CHECK(c.eof());
+    CHECK(Clock::now() - start < 3s);
+  }
+  SECTION("Content-Length with Transfer-Encoding") {
+    RawClient c(port);
+    c.send("POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\n"
+           "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n");
+    auto got = c.read_to_eof();
+    CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 400 Bad Request"));
+    CHECK(got.find("smuggled") == std::string::npos);
+  }
+  SECTION("Transfer-Encoding with Content-Length") {
+    RawClient c(port);
+    c.send("POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+           "Content-Length: 4\r\n\r\n0\r\n\r\n");
+    CHECK_THAT(c.read_to_eof(), Catch::StartsWith("HTTP/1.1 400 Bad Request"));
+  }
+  SECTION("obfuscated Transfer-Encoding") {
+    RawClient c(port);
+    c.send("POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, identity\r\n\r\n");
+    CHECK_THAT(c.read_to_eof(), Catch::StartsWith("HTTP/1.1 400 Bad Request"));
+  }
+}
+
+TEST_CASE("request bodies are streamed, Content-Length and chunked", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig()}, "kp", &port);
+  std::string body(3 * 1024 * 1024 + 7, 'b');
+  std::ofstream(f.dir.path / "body.bin", std::ios::binary) << body;
+  auto r = run({"curl", "-sS", "-f", "--data-binary", "@" + (f.dir.path / "body.bin").string(),
+                "-o", (f.dir.path / "echo1").string(), f.url(port, "/echo")},
+               f.dir.path);
+  CHECK(r.code == 0);
+  CHECK(slurp(f.dir.path / "echo1") == body);
+  r = run({"curl", "-sS", "-f", "-H", "Transfer-Encoding: chunked", "--data-binary",
+           "@" + (f.dir.path / "body.bin").string(), "-o", (f.dir.path / "echo2").string(),
+           f.url(port, "/echo")},
+          f.dir.path);
+  CHECK(r.code == 0);
+  CHECK(slurp(f.dir.path / "echo2") == body);
+}
+
+TEST_CASE("credentials: client certificate, impersonation, caller headers", "[kubeproxy][e2e]") {
+  Fixture f;
+  auto cfg = f.write_kubeconfig("certs", "https://127.0.0.1:" + std::to_string(f.api_port),
+                                "    client-certificate: client.crt\n"
+                                "    client-key: client.key\n");
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + cfg, "--as=jane", "--as-group=devs"}, "kp", &port);
+  auto r = run({"curl", "-sS", "-i", f.url(port, "/headers")}, f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK"));
+  CHECK_THAT(r.out, Catch::Contains("\"Impersonate-User\":[\"jane\"]") &&
+                        Catch::Contains("\"Impersonate-Group\":[\"devs\"]") &&
+                        Catch::Contains("\"Host\":[\"127.0.0.1:" + std::to_string(f.api_port)));
+  // A wrong token from the caller passes through (kubectl behaviour) and the apiserver says 401.
+  r = run({"curl", "-sS", "-i", "-H", "Authorization: Bearer wrong", f.url(port, "/api/")},
+          f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK"));  // client cert still authenticates
+
+  auto tok_cfg = f.write_kubeconfig("tok", "https://127.0.0.1:" + std::to_string(f.api_port),
+                                    "    token: s3cret\n");
+  uint16_t port2 = 0;
+  auto kp2 = f.start_proxy({"--kubeconfig=" + tok_cfg, "--strip-client-credentials"}, "kp2", &port2);
+  r = run({"curl", "-sS", "-i", "-H", "Authorization: Bearer wrong", f.url(port2, "/api/")},
+          f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK"));
+  uint16_t port3 = 0;
+  auto kp3 = f.start_proxy({"--kubeconfig=" + tok_cfg}, "kp3", &port3);
+  r = run({"curl", "-sS", "-i", "-H", "Authorization: Bearer wrong", f.url(port3, "/api/")},
+          f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 401"));
+}
+
+TEST_CASE("kubeconfig missing or invalid: error names file and field, exit 1", "[kubeproxy][e2e]") {
+  TempDir d;
+  auto r = run({bin("kubeproxy-http"), "--port=0", "--kubeconfig=" + (d.path / "nope").string()},
+               d.path);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains((d.path / "nope").string()) && Catch::Contains("No such file"));
+  std::ofstream(d.path / "bad") << "clusters:\n- name: c\n  cluster:\n    server: https://h:1\n"
+                                   "    certificate-authority: missing-ca.crt\n"
+                                   "contexts:\n- {name: x, context: {cluster: c}}\n"
+                                   "current-context: x\n";
+  r = run({bin("kubeproxy-http"), "--port=0", "--kubeconfig=" + (d.path / "bad").string()}, d.path);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("clusters[\"c\"].cluster.certificate-authority") &&
+                        Catch::Contains((d.path / "bad").string()));
+  r = run({bin("kubeproxy-http"), "--port=0", "--bogus-flag"}, d.path);
+  CHECK(r.code == 1);
+}
+
+TEST_CASE("CONNECT mode for kubectl and curl", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t cport = 0;
+  auto cp = f.start_proxy({"--mode=connect", "--access-log"}, "connect", &cport);
+  std::string proxy = "http://127.0.0.1:" + std::to_string(cport);
+  auto cfg = f.write_kubeconfig("via-proxy", "https://127.0.0.1:" + std::to_string(f.api_port),
+                                "    token: s3cret\n", "    proxy-url: " + proxy + "\n");
+  auto r = run({"kubectl", "--kubeconfig=" + cfg, "get", "--raw", "/api"}, f.dir.path,
+               {{"HTTPS_PROXY", proxy}});
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("APIVersions"));
+  CHECK_THAT(cp->err(), Catch::Contains("CONNECT 127.0.0.1:" + std::to_string(f.api_port)));
+
+  std::string api = "https://127.0.0.1:" + std::to_string(f.api_port) + "/api";
+  r = run({"curl", "-sS", "-p", "-x", proxy, "--cacert", (f.dir.path / "ca.crt").string(), "-H",
+           "Authorization: Bearer s3cret", api},
+          f.dir.path);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("APIVersions"));
+
+  RawClient c(cport);
+  c.send("CONNECT 127.0.0.1:" + std::to_string(f.api_port) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK(c.read_until_contains("\r\n\r\n") == "HTTP/1.1 200 Connection established\r\n\r\n");
+}
+
+TEST_CASE("CONNECT mode refusals: 403, 407, 502", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t cport = 0;
+  auto cp = f.start_proxy({"--mode=connect", "--allowed-destinations=^127\\.0\\.0\\.1:" +
+                                                 std::to_string(f.api_port) + "$,^127\\.0\\.0\\.1:1$",
+                           "--proxy-user=kp:pw"},
+                          "connect", &cport);
+  std::string target = "127.0.0.1:" + std::to_string(f.api_port);
+  {
+    RawClient c(cport);
+    c.send("CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n");
+    auto got = c.read_to_eof();
+    CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 407 Proxy Authentication Required") &&
+                        Catch::Contains("Proxy-Authenticate: Basic realm="));
+  }
+  {
+    RawClient c(cport);
+    c.send("CONNECT 10.1.2.3:443 HTTP/1.1\r\nProxy-Authorization: Basic a3A6cHc=\r\n\r\n");
+    CHECK_THAT(c.read_to_eof(), Catch::StartsWith("HTTP/1.1 403 Forbidden"));
+  }
+  {
+    RawClient c(cport);
+    c.send("CONNECT 127.0.0.1:1 HTTP/1.1\r\nProxy-Authorization: Basic a3A6cHc=\r\n\r\n");
+    auto got = c.read_to_eof();
+    CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 502 Bad Gateway") &&
+                        Catch::Contains("connection refused"));
+  }
+  auto r = run({"curl", "-sS", "-p", "-x", "http://kp:pw@127.0.0.1:" + std::to_string(cport),
+                "--cacert", (f.dir.path / "ca.crt").string(), "-H", "Authorization: Bearer s3cret",
+                "https://" + target + "/api"},
+               f.dir.path);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("APIVersions"));
+}
+
+TEST_CASE("forwarder honours proxy-url, for upgrades too", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t cport = 0;
+  auto cp = f.start_proxy({"--mode=connect", "--access-log"}, "connect", &cport);
+  auto cfg = f.write_kubeconfig("via-proxy", "https://127.0.0.1:" + std::to_string(f.api_port),
+                                "    token: s3cret\n",
+                                "    proxy-url: http://127.0.0.1:" + std::to_string(cport) + "\n");
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + cfg}, "kp", &port);
+  auto r = run({"curl", "-sS", "-f", f.url(port, "/api/")}, f.dir.path);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("APIVersions"));
+  RawClient c(port);
+  c.send("GET /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\nHost: localhost\r\n"
+         "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\n");
+  CHECK_THAT(c.read_until_contains("\r\n\r\n"), Catch::StartsWith("HTTP/1.1 101"));
+  c.clear();
+  c.send("ping");
+  CHECK(c.read_until_contains("ping") == "ping");
+  c.shutdown_write();
+  CHECK(c.read_to_eof() == "pingBYE\n");
+  CHECK_THAT(cp->err(), Catch::Contains("CONNECT 127.0.0.1:" + std::to_string(f.api_port)));
+}
