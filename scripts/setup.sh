@@ -10,7 +10,7 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev catch2
   libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
   libhttp-parser-dev libc-ares-dev
-  openssl curl nodejs npm
+  openssl curl nodejs npm wrk
 )
 
 missing=()
