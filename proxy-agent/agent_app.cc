@@ -1,0 +1,100 @@
+#include "proxy-agent/agent_app.h"
+
+#include <asio/steady_timer.hpp>
+
+#include "core/io/shutdown.h"
+#include "core/log/log_macros.h"
+
+namespace konn::agent {
+namespace {
+
+spdlog::logger& logger() {
+  static const auto log = core::log::get("agent");
+  return *log;
+}
+
+constexpr std::chrono::milliseconds kDrainPoll{100};
+constexpr std::chrono::seconds kGracefulStopWait{5};
+constexpr std::chrono::seconds kAbortStopWait{2};
+
+}  // namespace
+
+AgentApp::AgentApp(const AgentOptions& options)
+    : options_(options),
+      guard_(control_.get_executor()),
+      servers_(std::make_shared<ServerSet>(options_, pool_, control_, stats_)) {}
+
+AgentApp::~AgentApp() { stop(); }
+
+void AgentApp::start() {
+  if (started_) return;
+  started_ = true;
+  pool_.start();
+  control_thread_ = std::thread([this] { control_.run(); });
+  servers_->start();
+}
+
+void AgentApp::drain() {
+  asio::post(control_, [this] {
+    servers_->drain();
+    asio::co_spawn(control_, watch_drain(), asio::detached);
+  });
+}
+
+core::io::Awaitable<void> AgentApp::watch_drain() {
+  // Polled rather than signalled: connections end on many threads, and a 100 ms lag at exit
+  // costs nothing.
+  asio::steady_timer timer(control_);
+  while (servers_->endpoint_connections() > 0) {
+    timer.expires_after(kDrainPoll);
+    co_await timer.async_wait(core::io::use_nothrow);
+  }
+  KONN_LOG((&logger()), info, "drained: no endpoint connection left");
+  finish(0);
+}
+
+void AgentApp::finish(int exit_code) {
+  {
+    std::lock_guard lock(exit_mu_);
+    if (!exit_code_) exit_code_ = exit_code;
+  }
+  exit_cv_.notify_all();
+}
+
+void AgentApp::stop(bool graceful) {
+  if (stopped_) return;
+  stopped_ = true;
+  if (started_) {
+    bool done = servers_->stop(!graceful, graceful ? kGracefulStopWait : kAbortStopWait);
+    if (!done && graceful) done = servers_->stop(true, kAbortStopWait);
+    if (!done) KONN_LOG((&logger()), warn, "some server streams did not finish in time");
+  }
+  guard_.reset();
+  control_.stop();
+  if (control_thread_.joinable()) control_thread_.join();
+  pool_.stop();
+}
+
+int AgentApp::run() {
+  core::io::ShutdownSignals signals(
+      control_,
+      [this](int sig) {
+        KONN_LOG((&logger()), info, "signal {}: draining (a second signal exits at once)", sig);
+        drain();
+      },
+      [this](int sig) {
+        KONN_LOG((&logger()), warn, "signal {} again: exiting now", sig);
+        finish(1);
+      });
+  start();
+  int code = 0;
+  {
+    std::unique_lock lock(exit_mu_);
+    exit_cv_.wait(lock, [this] { return exit_code_.has_value(); });
+    code = *exit_code_;
+  }
+  stop(code == 0);
+  return code;
+}
+
+}  // namespace konn::agent

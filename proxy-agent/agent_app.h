@@ -1,0 +1,64 @@
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+
+#include "core/io/worker_pool.h"
+#include "proxy-agent/agent_options.h"
+#include "proxy-agent/agent_stats.h"
+#include "proxy-agent/server_set.h"
+
+namespace konn::agent {
+
+// The proxy-agent process, wired: an Asio WorkerPool for endpoint sockets, one control
+// io_context (its own thread) for the connect/probe loops, signals and the drain watch, and the
+// ServerSet holding the gRPC streams (whose reactions run on gRPC's threads). Tests run it in
+// process with start()/stop(); main() calls run().
+class AgentApp {
+ public:
+  // `options` must be validated.
+  explicit AgentApp(const AgentOptions& options);
+  ~AgentApp();
+  AgentApp(const AgentApp&) = delete;
+  AgentApp& operator=(const AgentApp&) = delete;
+
+  // Starts the threads and the connect loop; returns at once.
+  void start();
+  // Graceful shutdown, as on the first SIGTERM: DRAIN every stream, make no new server
+  // connections, and finish (run() returns 0) once no endpoint connection is left.
+  void drain();
+  // Ends the streams (cancelled, or half-closed and awaited for a bounded time when
+  // `graceful`), then the loops and threads. Idempotent.
+  void stop(bool graceful = false);
+  // start(), then serve until drained after a signal (exit code 0) or a second signal (1).
+  int run();
+
+  ServerSet& servers() { return *servers_; }
+  const AgentStats& stats() const { return *stats_; }
+
+ private:
+  void finish(int exit_code);
+  core::io::Awaitable<void> watch_drain();
+
+  const AgentOptions options_;  // a copy: the loops read it for the app's whole life
+  std::shared_ptr<AgentStats> stats_ = std::make_shared<AgentStats>();
+  core::io::WorkerPool pool_;
+  asio::io_context control_{1};
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread control_thread_;
+  std::shared_ptr<ServerSet> servers_;
+  bool started_ = false;
+  bool stopped_ = false;
+
+  std::mutex exit_mu_;
+  std::condition_variable exit_cv_;
+  std::optional<int> exit_code_;  // guarded by exit_mu_
+};
+
+}  // namespace konn::agent

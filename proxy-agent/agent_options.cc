@@ -1,0 +1,246 @@
+#include "proxy-agent/agent_options.h"
+
+#include <arpa/inet.h>
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+
+#include <spdlog/fmt/ranges.h>
+
+#include "core/config/uuid.h"
+
+namespace konn::agent {
+namespace {
+
+using core::config::format_go_duration;
+
+// Decodes one URL query component as Go's url.QueryUnescape does ('+' is a space).
+std::optional<std::string> query_unescape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '+') {
+      out.push_back(' ');
+    } else if (c == '%') {
+      if (i + 2 >= s.size()) return std::nullopt;  // needs two hex digits
+      unsigned value = 0;
+      auto [ptr, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, value, 16);
+      if (ec != std::errc() || ptr != s.data() + i + 3) return std::nullopt;
+      out.push_back(static_cast<char>(value));
+      i += 2;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+bool is_ipv4(const std::string& s) {
+  in_addr a{};
+  return inet_pton(AF_INET, s.c_str(), &a) == 1;
+}
+
+bool is_ipv6(const std::string& s) {
+  in6_addr a{};
+  return inet_pton(AF_INET6, s.c_str(), &a) == 1;
+}
+
+bool is_cidr(const std::string& s) {
+  auto slash = s.find('/');
+  if (slash == std::string::npos) return false;
+  std::string ip = s.substr(0, slash);
+  std::string bits = s.substr(slash + 1);
+  int n = -1;
+  auto [ptr, ec] = std::from_chars(bits.data(), bits.data() + bits.size(), n);
+  if (ec != std::errc() || ptr != bits.data() + bits.size() || bits.empty()) return false;
+  if (is_ipv4(ip)) return n >= 0 && n <= 32;
+  if (is_ipv6(ip)) return n >= 0 && n <= 128;
+  return false;
+}
+
+bool is_go_bool(const std::string& s) {
+  for (const char* b : {"1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false",
+                        "False"}) {
+    if (s == b) return true;
+  }
+  return false;
+}
+
+bool valid_log_level(const std::string& level) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(level.data(), level.data() + level.size(), v);
+  if (!level.empty() && ec == std::errc() && ptr == level.data() + level.size()) return v >= 0;
+  for (const char* name : {"trace", "debug", "info", "warn", "warning", "error", "err",
+                           "critical", "off"}) {
+    if (level == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> validate_agent_identifiers(const std::string& query) {
+  std::vector<std::string> errors;
+  if (query.empty()) return errors;
+  const std::string flag = "--agent-identifiers: ";
+  size_t start = 0;
+  while (start <= query.size()) {
+    size_t amp = query.find('&', start);
+    if (amp == std::string::npos) amp = query.size();
+    std::string_view part(query.data() + start, amp - start);
+    start = amp + 1;
+    if (part.empty()) continue;
+    if (part.find(';') != std::string_view::npos) {
+      errors.push_back(flag + "invalid semicolon separator in query");
+      continue;
+    }
+    auto eq = part.find('=');
+    auto key = query_unescape(part.substr(0, eq));
+    auto value = query_unescape(eq == std::string_view::npos ? std::string_view{}
+                                                             : part.substr(eq + 1));
+    if (!key || !value) {
+      errors.push_back(flag + "invalid URL escape in \"" + std::string(part) + "\"");
+      continue;
+    }
+    if (*key == "ipv4") {
+      if (!is_ipv4(*value)) errors.push_back(flag + "ipv4 \"" + *value + "\" is not an IPv4 address");
+    } else if (*key == "ipv6") {
+      if (!is_ipv6(*value)) errors.push_back(flag + "ipv6 \"" + *value + "\" is not an IPv6 address");
+    } else if (*key == "cidr") {
+      if (!is_cidr(*value)) errors.push_back(flag + "cidr \"" + *value + "\" is not a CIDR block");
+    } else if (*key == "host") {
+      if (value->empty()) errors.push_back(flag + "host must not be empty");
+    } else if (*key == "default-route") {
+      if (!is_go_bool(*value)) {
+        errors.push_back(flag + "default-route \"" + *value + "\" is not a boolean");
+      }
+    } else {
+      errors.push_back(flag + "unknown address type: " + *key +
+                       " (want ipv4, ipv6, host, cidr, default-route)");
+    }
+  }
+  return errors;
+}
+
+void AgentOptions::register_flags(core::config::FlagParser& p) {
+  p.add("proxy-server-host", &proxy_server_hosts,
+        "Proxy-server host; a comma-separated list spreads connection attempts over several");
+  p.add("proxy-server-port", &proxy_server_port, "Proxy-server agent port");
+  p.add("ca-cert", &ca_cert, "CA that signs the proxy-server certificate (empty: system roots)");
+  p.add("agent-cert", &agent_cert, "Client certificate presented to the proxy-server (mTLS)");
+  p.add("agent-key", &agent_key, "Key of --agent-cert");
+  p.add("alpn-proto", &alpn_protos,
+        "Extra ALPN ids to offer (accepted; gRPC C++ 1.51 offers only h2, so they are ignored)");
+  p.add("agent-id", &agent_id, "Agent id sent to the server (default $PROXY_AGENT_ID or a UUID)");
+  p.add("agent-identifiers", &agent_identifiers,
+        "Identifiers as a URL query, e.g. host=node1&ipv4=10.0.0.5&default-route=true");
+  p.add("service-account-token-path", &service_account_token_path,
+        "File whose contents are sent as 'authorization: Bearer <token>' at every connect");
+  p.add("sync-interval", &sync_interval, "Interval of the connect loop (and first backoff)");
+  p.add("sync-interval-cap", &sync_interval_cap, "Maximum backoff of the connect loop");
+  p.add("probe-interval", &probe_interval, "How often each server connection's state is checked");
+  p.add("sync-forever", &sync_forever,
+        "Keep dialing every sync interval even when connected to every server");
+  p.add("keepalive-time", &keepalive_time, "gRPC keepalive ping interval (at least 30s is used)");
+  p.add("xfr-channel-size", &xfr_channel_size,
+        "Per-connection queue depth in packets (kept for compatibility; must be > 0)");
+  p.add("dial-timeout", &dial_timeout, "Timeout of each dial to an endpoint");
+  p.add("warn-on-channel-limit", &warn_on_channel_limit, "Accepted for compatibility");
+  p.add("count-server-leases", &count_server_leases, "Accepted for compatibility; not used yet");
+  p.add("lease-namespace", &lease_namespace, "Accepted for compatibility; not used yet");
+  p.add("lease-label-selector", &lease_label_selector, "Accepted for compatibility; not used yet");
+  p.add("lease-label", &lease_label_selector, "Deprecated alias of --lease-label-selector");
+  p.add("server-count-source", &server_count_source, "Accepted for compatibility; not used yet");
+  p.add("kubeconfig", &kubeconfig, "Accepted for compatibility; not used yet");
+  p.add("kube-api-content-type", &kube_api_content_type, "Accepted for compatibility");
+  p.add("health-server-host", &health_server_host, "Accepted for compatibility; not used yet");
+  p.add("health-server-port", &health_server_port, "Accepted for compatibility; not used yet");
+  p.add("admin-bind-address", &admin_bind_address, "Accepted for compatibility; not used yet");
+  p.add("admin-server-port", &admin_server_port, "Accepted for compatibility; not used yet");
+  p.add("enable-profiling", &enable_profiling, "Accepted for compatibility");
+  p.add("enable-contention-profiling", &enable_contention_profiling,
+        "Accepted for compatibility");
+  // klog flags that upstream manifests pass.
+  p.add("v", &log_level, "Log verbosity: klog level (0-10) or trace/debug/info/warn/error");
+  p.add("log-file", &log_file, "Write logs to this file instead of stderr");
+  for (const char* name :
+       {"logtostderr", "alsologtostderr", "log-dir", "log-file-max-size", "skip-headers",
+        "skip-log-headers", "add-dir-header", "one-output", "stderrthreshold", "vmodule",
+        "log-backtrace-at", "alsologtostderrthreshold", "legacy-stderr-threshold-behavior",
+        "log-flush-frequency"}) {
+    p.add_ignored(name, "klog flag");
+  }
+}
+
+void AgentOptions::apply_environment() {
+  if (agent_id.empty()) {
+    const char* env = std::getenv("PROXY_AGENT_ID");
+    agent_id = (env != nullptr && *env != '\0') ? env : core::config::make_uuid_v4();
+  }
+}
+
+std::vector<std::string> AgentOptions::validate() const {
+  std::vector<std::string> errors;
+  if (proxy_server_hosts.empty()) errors.push_back("--proxy-server-host: at least one host");
+  for (const auto& h : proxy_server_hosts) {
+    if (h.find_first_of(" /") != std::string::npos) {
+      errors.push_back("--proxy-server-host: \"" + h + "\" is not a host name or address");
+    }
+  }
+  if (proxy_server_port <= 0 || proxy_server_port > 65535) {
+    errors.push_back("--proxy-server-port: must be 1-65535, got " +
+                     std::to_string(proxy_server_port));
+  }
+  if (agent_cert.empty() != agent_key.empty()) {
+    errors.push_back("--agent-cert and --agent-key: set both or neither");
+  }
+  if (agent_id.empty()) errors.push_back("--agent-id: must not be empty");
+  for (auto& e : validate_agent_identifiers(agent_identifiers)) errors.push_back(std::move(e));
+  if (sync_interval.count() <= 0) errors.push_back("--sync-interval: must be positive");
+  if (sync_interval_cap < sync_interval) {
+    errors.push_back("--sync-interval-cap: must be at least --sync-interval (" +
+                     format_go_duration(sync_interval) + "), got " +
+                     format_go_duration(sync_interval_cap));
+  }
+  if (probe_interval.count() <= 0) errors.push_back("--probe-interval: must be positive");
+  if (keepalive_time.count() <= 0) errors.push_back("--keepalive-time: must be positive");
+  if (xfr_channel_size <= 0) errors.push_back("--xfr-channel-size: must be greater than 0");
+  if (dial_timeout.count() <= 0) errors.push_back("--dial-timeout: must be positive");
+  if (server_count_source != "default" && server_count_source != "max") {
+    errors.push_back("--server-count-source: must be default or max, got \"" +
+                     server_count_source + "\"");
+  }
+  if (health_server_port < 0 || health_server_port > 65535) {
+    errors.push_back("--health-server-port: must be 0-65535");
+  }
+  if (admin_server_port < 0 || admin_server_port > 65535) {
+    errors.push_back("--admin-server-port: must be 0-65535");
+  }
+  if (!valid_log_level(log_level)) {
+    errors.push_back("--v: \"" + log_level + "\" is neither a klog level nor a level name");
+  }
+  return errors;
+}
+
+void AgentOptions::print(spdlog::logger& log) const {
+  log.info("proxy-agent starting: agent-id={} identifiers=\"{}\" servers={}:{} mTLS={} token={} "
+           "sync-interval={} sync-interval-cap={} probe-interval={} sync-forever={} "
+           "keepalive-time={} dial-timeout={}",
+           agent_id, agent_identifiers, fmt::join(proxy_server_hosts, ","), proxy_server_port,
+           !agent_cert.empty(), service_account_token_path.empty() ? "none" : "from file",
+           format_go_duration(sync_interval), format_go_duration(sync_interval_cap),
+           format_go_duration(probe_interval), sync_forever, format_go_duration(keepalive_time),
+           format_go_duration(dial_timeout));
+  if (!alpn_protos.empty()) {
+    log.warn("--alpn-proto {} ignored: gRPC C++ 1.51 offers only the h2 ALPN id",
+             fmt::join(alpn_protos, ","));
+  }
+  if (count_server_leases || !kubeconfig.empty()) {
+    log.warn("lease-based server counting is not implemented; using the servers' servercount");
+  }
+}
+
+}  // namespace konn::agent

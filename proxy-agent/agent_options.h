@@ -1,0 +1,78 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <spdlog/logger.h>
+
+#include "core/config/duration.h"
+#include "core/config/flag_parser.h"
+
+namespace konn::agent {
+
+using core::config::Duration;
+
+// Every proxy-agent flag, with upstream ANP's names and defaults so existing DaemonSets work.
+// Immutable after parsing; passed by const& to whoever needs it.
+struct AgentOptions {
+  // Where the proxy-servers are. Beyond upstream, --proxy-server-host may list several hosts
+  // (comma-separated); connection attempts go round-robin over them.
+  std::vector<std::string> proxy_server_hosts{"127.0.0.1"};
+  int proxy_server_port = 8091;
+
+  // TLS towards the server.
+  std::string ca_cert;
+  std::string agent_cert;
+  std::string agent_key;
+  std::vector<std::string> alpn_protos;  // accepted; gRPC C++ 1.51 cannot offer extra ALPN ids
+
+  // Identity.
+  std::string agent_id;           // default: $PROXY_AGENT_ID, else a fresh UUID v4
+  std::string agent_identifiers;  // URL query: ipv4, ipv6, host, cidr, default-route
+  std::string service_account_token_path;
+
+  // Connection management.
+  Duration sync_interval = std::chrono::seconds(1);
+  Duration sync_interval_cap = std::chrono::seconds(10);
+  Duration probe_interval = std::chrono::seconds(1);
+  bool sync_forever = false;
+  Duration keepalive_time = std::chrono::hours(1);
+
+  // Tunnels.
+  int xfr_channel_size = 150;
+  Duration dial_timeout = std::chrono::seconds(5);
+
+  // Accepted for compatibility; not acted on yet (no lease counting, no admin/health listener).
+  bool warn_on_channel_limit = false;
+  bool count_server_leases = false;
+  std::string lease_namespace = "kube-system";
+  std::string lease_label_selector = "k8s-app=konnectivity-server";
+  std::string server_count_source = "default";
+  std::string kubeconfig;
+  std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
+  std::string health_server_host;
+  int health_server_port = 8093;
+  std::string admin_bind_address = "127.0.0.1";
+  int admin_server_port = 8094;
+  bool enable_profiling = false;
+  bool enable_contention_profiling = false;
+
+  // Logging (klog names). --v takes a klog number (0-10) or a level name.
+  std::string log_level = "info";
+  std::string log_file;
+
+  // Registers every flag, including the accepted-but-ignored upstream ones.
+  void register_flags(core::config::FlagParser& parser);
+  // Fills defaults that depend on the environment (agent id from $PROXY_AGENT_ID or a UUID).
+  void apply_environment();
+  // Every problem at once, each naming its flag. Empty means usable.
+  std::vector<std::string> validate() const;
+  // One startup line with the effective settings; never the token.
+  void print(spdlog::logger& log) const;
+};
+
+// Checks an --agent-identifiers value: a URL query string whose keys are ipv4, ipv6, host, cidr
+// or default-route, with values of the matching syntax. Returns one message per problem.
+std::vector<std::string> validate_agent_identifiers(const std::string& query);
+
+}  // namespace konn::agent

@@ -1,0 +1,133 @@
+#include "proxy-agent/agent_options.h"
+
+#include <cstdlib>
+#include <regex>
+
+#include <catch2/catch.hpp>
+
+using namespace konn::agent;
+using konn::core::config::FlagParser;
+
+namespace {
+
+struct Parsed {
+  AgentOptions options;
+  std::vector<std::string> errors;  // parse errors, then validate() errors
+};
+
+Parsed parse(std::vector<const char*> args) {
+  Parsed out;
+  FlagParser parser("proxy-agent", "test");
+  out.options.register_flags(parser);
+  args.insert(args.begin(), "proxy-agent");
+  auto r = parser.parse(static_cast<int>(args.size()), args.data());
+  out.options.apply_environment();
+  out.errors = r.errors;
+  for (auto& e : out.options.validate()) out.errors.push_back(e);
+  return out;
+}
+
+bool mentions(const std::vector<std::string>& errors, const std::string& text) {
+  for (const auto& e : errors) {
+    if (e.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("agent defaults match upstream", "[agent][options]") {
+  auto p = parse({});
+  CHECK(p.errors.empty());
+  const auto& o = p.options;
+  CHECK(o.proxy_server_hosts == std::vector<std::string>{"127.0.0.1"});
+  CHECK(o.proxy_server_port == 8091);
+  CHECK(o.sync_interval == std::chrono::seconds(1));
+  CHECK(o.sync_interval_cap == std::chrono::seconds(10));
+  CHECK(o.probe_interval == std::chrono::seconds(1));
+  CHECK(o.keepalive_time == std::chrono::hours(1));
+  CHECK(o.xfr_channel_size == 150);
+  CHECK(o.dial_timeout == std::chrono::seconds(5));
+  CHECK_FALSE(o.sync_forever);
+  CHECK(o.log_level == "info");
+}
+
+TEST_CASE("agent flags parse with pflag syntax", "[agent][options]") {
+  auto p = parse({"--proxy-server-host=a.example,b.example", "--proxy-server-port", "9000",
+                  "--agent-id=node-7", "--agent-identifiers=host=node1&ipv4=10.0.0.5&ipv6=fd00::1"
+                  "&cidr=10.0.0.0/8&default-route=true",
+                  "--sync-interval=250ms", "--sync-interval-cap=3s", "--sync-forever",
+                  "--keepalive-time=45s", "--dial-timeout=2s", "--xfr-channel-size=10",
+                  "--alpn-proto=konnectivity,other", "--ca-cert=/ca.pem", "--agent-cert=/c.pem",
+                  "--agent-key=/k.pem", "--service-account-token-path=/token"});
+  REQUIRE(p.errors.empty());
+  const auto& o = p.options;
+  CHECK(o.proxy_server_hosts == std::vector<std::string>{"a.example", "b.example"});
+  CHECK(o.proxy_server_port == 9000);
+  CHECK(o.agent_id == "node-7");
+  CHECK(o.sync_interval == std::chrono::milliseconds(250));
+  CHECK(o.sync_interval_cap == std::chrono::seconds(3));
+  CHECK(o.sync_forever);
+  CHECK(o.keepalive_time == std::chrono::seconds(45));
+  CHECK(o.dial_timeout == std::chrono::seconds(2));
+  CHECK(o.alpn_protos == std::vector<std::string>{"konnectivity", "other"});
+  CHECK(o.service_account_token_path == "/token");
+}
+
+TEST_CASE("compatibility and klog flags are accepted", "[agent][options]") {
+  auto p = parse({"--v=4", "--logtostderr=true", "--alsologtostderr", "--log-dir=/tmp",
+                  "--log-file-max-size=100", "--skip-headers", "--one-output=true",
+                  "--stderrthreshold=2", "--vmodule=x=1", "--warn-on-channel-limit",
+                  "--count-server-leases", "--lease-namespace=ns", "--lease-label-selector=a=b",
+                  "--lease-label=a=b", "--server-count-source=max", "--kubeconfig=/kc",
+                  "--kube-api-content-type=application/json", "--health-server-host=0.0.0.0",
+                  "--health-server-port=8093", "--admin-bind-address=127.0.0.1",
+                  "--admin-server-port=8094", "--enable-profiling", "--enable-contention-profiling",
+                  "--add-dir-header", "--skip-log-headers", "--log-backtrace-at=:0"});
+  CHECK(p.errors.empty());
+  CHECK(p.options.log_level == "4");
+}
+
+TEST_CASE("every agent option error is reported at once", "[agent][options]") {
+  auto p = parse({"--sync-interval=5s", "--sync-interval-cap=1s", "--xfr-channel-size=0",
+                  "--agent-cert=/c.pem", "--proxy-server-port=70000",
+                  "--agent-identifiers=uid=1&ipv4=999.1.1.1&cidr=10.0.0.0/40&default-route=maybe",
+                  "--v=loud"});
+  CHECK(mentions(p.errors, "--sync-interval-cap"));
+  CHECK(mentions(p.errors, "--xfr-channel-size"));
+  CHECK(mentions(p.errors, "--agent-cert and --agent-key"));
+  CHECK(mentions(p.errors, "--proxy-server-port"));
+  CHECK(mentions(p.errors, "unknown address type: uid"));
+  CHECK(mentions(p.errors, "ipv4 \"999.1.1.1\""));
+  CHECK(mentions(p.errors, "cidr \"10.0.0.0/40\""));
+  CHECK(mentions(p.errors, "default-route \"maybe\""));
+  CHECK(mentions(p.errors, "--v"));
+  CHECK(p.errors.size() == 9);
+}
+
+TEST_CASE("bad values and unknown flags name the flag", "[agent][options]") {
+  auto p = parse({"--sync-interval=soon", "--proxy-server-port=abc"});
+  CHECK(mentions(p.errors, "--sync-interval"));
+  CHECK(mentions(p.errors, "--proxy-server-port"));
+  auto u = parse({"--no-such-flag=1"});
+  CHECK(mentions(u.errors, "no-such-flag"));
+}
+
+TEST_CASE("agent identifiers decode URL escapes", "[agent][options]") {
+  CHECK(validate_agent_identifiers("").empty());
+  CHECK(validate_agent_identifiers("host=node%2D1&ipv6=%3A%3A1").empty());
+  CHECK(validate_agent_identifiers("host=a&host=b").empty());
+  CHECK(validate_agent_identifiers("host=%zz").size() == 1);
+  CHECK(validate_agent_identifiers("host=").size() == 1);
+}
+
+TEST_CASE("agent id comes from the flag, else PROXY_AGENT_ID, else a UUID", "[agent][options]") {
+  ::setenv("PROXY_AGENT_ID", "from-env", 1);
+  CHECK(parse({}).options.agent_id == "from-env");
+  CHECK(parse({"--agent-id=from-flag"}).options.agent_id == "from-flag");
+  ::unsetenv("PROXY_AGENT_ID");
+  std::regex uuid("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}");
+  auto a = parse({}).options.agent_id;
+  CHECK(std::regex_match(a, uuid));
+  CHECK(parse({}).options.agent_id != a);
+}

@@ -1,0 +1,376 @@
+#include "proxy-agent/endpoint_connection.h"
+
+#include <algorithm>
+
+#include "core/error/errc.h"
+#include "core/log/log_macros.h"
+#include "core/net/dialer.h"
+#include "core/tunnel/packet.h"
+#include "proxy-agent/connection_table.h"
+
+namespace konn::agent {
+namespace {
+
+using namespace asio::experimental::awaitable_operators;
+using core::io::use_nothrow;
+using core::relay::PauseReason;
+namespace tunnel = core::tunnel;
+
+spdlog::logger& logger() {
+  static const auto log = core::log::get("agent.endpoint");
+  return *log;
+}
+
+// Writes gathered into one async_write (one writev): enough to empty a queue of small packets.
+constexpr size_t kMaxGather = 16;
+
+}  // namespace
+
+const char* to_string(EndpointConnection::State s) {
+  switch (s) {
+    case EndpointConnection::State::Dialing:
+      return "Dialing";
+    case EndpointConnection::State::Established:
+      return "Established";
+    case EndpointConnection::State::Closing:
+      return "Closing";
+    case EndpointConnection::State::Closed:
+      return "Closed";
+  }
+  return "?";
+}
+
+EndpointConnection::EndpointConnection(asio::io_context& ctx,
+                                       std::shared_ptr<tunnel::PacketStream> stream,
+                                       std::shared_ptr<ConnectionTable> table, int64_t connect_id,
+                                       int64_t dial_id, std::string server_id,
+                                       const EndpointSettings& settings,
+                                       std::shared_ptr<AgentStats> stats)
+    : ctx_(ctx),
+      stream_(std::move(stream)),
+      table_(std::move(table)),
+      connect_id_(connect_id),
+      dial_id_(dial_id),
+      server_id_(std::move(server_id)),
+      settings_(settings),
+      stats_(std::move(stats)),
+      prefix_("[C" + std::to_string(connect_id) + " D" + std::to_string(dial_id) + " S" +
+              server_id_ + "] "),
+      socket_(ctx),
+      cancel_timer_(ctx, asio::steady_timer::time_point::max()),
+      gate_timer_(ctx),
+      flush_timer_(ctx),
+      credit_(tunnel::kTunnelWindow),
+      started_(std::chrono::steady_clock::now()) {}
+
+EndpointConnection::~EndpointConnection() = default;
+
+void EndpointConnection::start(std::string address) {
+  asio::co_spawn(ctx_, dial(std::move(address)), asio::detached);
+}
+
+void EndpointConnection::deliver(Packet&& data) {
+  auto n = static_cast<int64_t>(tunnel::data_size(data));
+  int64_t total = pending_writes_.fetch_add(n, std::memory_order_relaxed) + n;
+  if (total > static_cast<int64_t>(settings_.write_queue_cap)) {
+    // The endpoint does not keep up and the server cannot be slowed down for this connection
+    // alone: close it alone rather than stall the stream (STYLE head-of-line policy).
+    pending_writes_.fetch_sub(n, std::memory_order_relaxed);
+    if (!overflowed_.exchange(true)) {
+      asio::post(ctx_, [self = shared_from_this()] {
+        if (self->state_ == State::Closed) return;
+        self->stats_->queue_overflow_closes.fetch_add(1, std::memory_order_relaxed);
+        self->close("write queue over its cap",
+                    CloseFlags::SendCloseResponse,
+                    "konn agent: endpoint write queue over " +
+                        std::to_string(self->settings_.write_queue_cap) + " bytes");
+      });
+    }
+    return;
+  }
+  asio::post(ctx_, [self = shared_from_this(), p = std::move(data)]() mutable {
+    self->enqueue_write(std::move(p));
+  });
+}
+
+void EndpointConnection::close_request() {
+  asio::post(ctx_, [self = shared_from_this()] {
+    self->close("CLOSE_REQ from server", CloseFlags::SendCloseResponse | CloseFlags::Flush);
+  });
+}
+
+void EndpointConnection::cancel_dial() {
+  asio::post(ctx_, [self = shared_from_this()] {
+    if (self->state_ == State::Dialing) {
+      self->dial_cancelled_ = true;
+      self->cancel_timer_.cancel();
+      return;
+    }
+    self->close("DIAL_CLS from server", CloseFlags::SendCloseResponse);
+  });
+}
+
+void EndpointConnection::add_credit(int64_t bytes) {
+  if (bytes <= 0) return;
+  asio::post(ctx_, [self = shared_from_this(), bytes] {
+    self->credit_ += bytes;
+    if (self->credit_ > 0) self->resume(PauseReason::NoCredit);
+  });
+}
+
+void EndpointConnection::abandon() {
+  asio::post(ctx_, [self = shared_from_this()] {
+    if (self->state_ == State::Dialing) {
+      self->dial_cancelled_ = true;
+      self->cancel_timer_.cancel();
+      return;
+    }
+    self->close("server stream ended", CloseFlags::None);
+  });
+}
+
+void EndpointConnection::on_written(size_t data_bytes) {
+  asio::post(ctx_, [self = shared_from_this(), data_bytes] { self->written_back(data_bytes); });
+}
+
+core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
+  auto self = shared_from_this();
+  stats_->dials.fetch_add(1, std::memory_order_relaxed);
+  KONN_CONN_LOG((&logger()), debug, *this, "dialing {}", address);
+  auto outcome = co_await (core::net::dial_tcp(ctx_.get_executor(), address,
+                                               settings_.dial_timeout) ||
+                           cancel_timer_.async_wait(use_nothrow));
+  if (outcome.index() == 1 || dial_cancelled_) {
+    stats_->dials_cancelled.fetch_add(1, std::memory_order_relaxed);
+    close_reason_ = "dial cancelled (DIAL_CLS)";
+    finish_close();
+    co_return;
+  }
+  auto& result = std::get<0>(outcome);
+  if (result.ec) {
+    if (result.ec == konn::Errc::DialTimeout) {
+      stats_->dial_timeouts.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      stats_->dial_failures.fetch_add(1, std::memory_order_relaxed);
+    }
+    KONN_CONN_LOG((&logger()), info, *this, "dial failed: {}", result.error_text);
+    stream_->send(tunnel::make_dial_response(dial_id_, 0, result.error_text));
+    close_reason_ = "dial failed: " + result.error_text;
+    finish_close();
+    co_return;
+  }
+  socket_ = std::move(result.socket);
+  if (!table_->establish(dial_id_, connect_id_, this)) {
+    close_reason_ = "server stream ended while dialing";
+    finish_close();
+    co_return;
+  }
+  set_state(State::Established);
+  stats_->open_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
+  if (!stream_->send(tunnel::make_dial_response(dial_id_, connect_id_))) {
+    close("server stream closing", CloseFlags::None);
+    co_return;
+  }
+  asio::co_spawn(ctx_, read_loop(), asio::detached);
+  write_next();  // DATA that raced ahead of us (none from a well-behaved server)
+}
+
+core::io::Awaitable<void> EndpointConnection::read_loop() {
+  auto self = shared_from_this();
+  std::error_code ec;
+  socket_.non_blocking(true, ec);
+  while (state_ == State::Established) {
+    if (!gate_.open()) {
+      gate_timer_.expires_at(asio::steady_timer::time_point::max());
+      co_await gate_timer_.async_wait(use_nothrow);
+      continue;
+    }
+    auto [wait_ec] = co_await socket_.async_wait(asio::socket_base::wait_read, use_nothrow);
+    if (state_ != State::Established) break;
+    if (wait_ec) {
+      close("socket wait failed: " + wait_ec.message(), CloseFlags::SendCloseResponse,
+            wait_ec.message());
+      break;
+    }
+    // Memory is taken only now that bytes are there. Small amounts get a buffer of their exact
+    // size (no copy later); otherwise a full chunk so one read takes all that arrived since.
+    size_t available = socket_.available(ec);
+    size_t want = ec || available >= tunnel::kSmallRead ? tunnel::kReadChunk
+                                                        : std::max<size_t>(available, 1);
+    if (settings_.flow_control) want = std::min(want, static_cast<size_t>(credit_));
+    if (want == 0) {  // cannot happen while the gate is open; stay safe anyway
+      pause(PauseReason::NoCredit);
+      continue;
+    }
+    std::string buf(want, '\0');
+    size_t n = socket_.read_some(asio::buffer(buf), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
+    if (ec == asio::error::eof) {
+      close("endpoint closed the connection", CloseFlags::SendCloseResponse | CloseFlags::Flush);
+      break;
+    }
+    if (ec) {
+      close("read error: " + ec.message(), CloseFlags::SendCloseResponse, ec.message());
+      break;
+    }
+    buf.resize(n);
+    bytes_up_ += n;
+    in_stream_ += static_cast<int64_t>(n);
+    if (settings_.flow_control) credit_ -= static_cast<int64_t>(n);
+    stats_->bytes_from_endpoints.fetch_add(n, std::memory_order_relaxed);
+    if (!stream_->send(tunnel::make_data(connect_id_, std::move(buf)), self)) {
+      close("server stream closing", CloseFlags::None);
+      break;
+    }
+    if (in_stream_ > static_cast<int64_t>(settings_.queue_high_watermark)) {
+      pause(PauseReason::QueueFull);
+    }
+    if (settings_.flow_control && credit_ <= 0) pause(PauseReason::NoCredit);
+  }
+}
+
+void EndpointConnection::written_back(size_t data_bytes) {
+  in_stream_ -= static_cast<int64_t>(data_bytes);
+  if (in_stream_ <= static_cast<int64_t>(settings_.queue_high_watermark / 2)) {
+    resume(PauseReason::QueueFull);
+  }
+}
+
+void EndpointConnection::pause(PauseReason reason) {
+  if (gate_.pause(reason)) stats_->read_pauses.fetch_add(1, std::memory_order_relaxed);
+}
+
+void EndpointConnection::resume(PauseReason reason) {
+  if (gate_.resume(reason)) {
+    stats_->read_resumes.fetch_add(1, std::memory_order_relaxed);
+    gate_timer_.cancel();
+  }
+}
+
+void EndpointConnection::enqueue_write(Packet&& data) {
+  if (state_ == State::Closed || (state_ == State::Closing && !flushing_)) {
+    pending_writes_.fetch_sub(static_cast<int64_t>(tunnel::data_size(data)),
+                              std::memory_order_relaxed);
+    return;
+  }
+  writes_.push_back(std::move(data));
+  write_next();
+}
+
+void EndpointConnection::write_next() {
+  if (writing_) return;
+  if (state_ == State::Dialing || state_ == State::Closed) return;
+  if (writes_.empty()) {
+    if (state_ == State::Closing) finish_close();
+    return;
+  }
+  write_buffers_.clear();
+  write_count_ = std::min(writes_.size(), kMaxGather);
+  for (size_t i = 0; i < write_count_; ++i) {
+    // Straight from the packet's own string: no copy. The packets stay in writes_ (a deque
+    // keeps elements in place on push_back) until the write completes.
+    write_buffers_.push_back(asio::buffer(writes_[i].data().data()));
+  }
+  writing_ = true;
+  asio::async_write(socket_, write_buffers_,
+                    [self = shared_from_this()](std::error_code ec, size_t n) {
+                      self->on_socket_written(ec, n);
+                    });
+}
+
+void EndpointConnection::on_socket_written(std::error_code ec, size_t n) {
+  writing_ = false;
+  size_t queued = 0;
+  for (size_t i = 0; i < write_count_; ++i) {
+    queued += writes_.front().data().data().size();
+    writes_.pop_front();
+  }
+  write_count_ = 0;
+  pending_writes_.fetch_sub(static_cast<int64_t>(queued), std::memory_order_relaxed);
+  bytes_down_ += n;
+  stats_->bytes_to_endpoints.fetch_add(n, std::memory_order_relaxed);
+  if (state_ == State::Closed) return;
+  if (ec) {
+    if (state_ == State::Closing) {
+      finish_close();
+    } else {
+      close("write error: " + ec.message(), CloseFlags::SendCloseResponse, ec.message());
+    }
+    return;
+  }
+  if (settings_.flow_control && state_ == State::Established) {
+    unacked_ += static_cast<int64_t>(n);
+    if (unacked_ >= tunnel::kWindowUpdateThreshold) {
+      if (stream_->send(tunnel::make_window_update(connect_id_, unacked_))) {
+        stats_->window_updates_sent.fetch_add(1, std::memory_order_relaxed);
+      }
+      unacked_ = 0;
+    }
+  }
+  write_next();
+}
+
+void EndpointConnection::close(const std::string& reason, CloseFlags flags,
+                               const std::string& error) {
+  if (state_ == State::Closing || state_ == State::Closed) return;
+  if (state_ == State::Dialing) {  // nothing to flush and no DIAL_RSP yet: just stop the dial
+    dial_cancelled_ = true;
+    cancel_timer_.cancel();
+    return;
+  }
+  close_reason_ = reason;
+  set_state(State::Closing);
+  stats_->open_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
+  // Stop reading: the read loop checks the state when its wait ends (at the latest when
+  // finish_close() closes the socket). The socket is not cancelled: that would abort the flush.
+  gate_timer_.cancel();
+  if (has(flags, CloseFlags::SendCloseResponse)) {
+    // Queued after every DATA this connection sent, so the server sees them first.
+    stream_->send(tunnel::make_close_response(connect_id_, error));
+  }
+  flushing_ = has(flags, CloseFlags::Flush);
+  if (!flushing_ || (!writing_ && writes_.empty())) {
+    finish_close();
+    return;
+  }
+  flush_timer_.expires_after(settings_.close_flush_timeout);
+  flush_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    if (!ec && self->state_ != State::Closed) {
+      self->close_reason_ += " (flush timed out)";
+      self->finish_close();
+    }
+  });
+  write_next();
+}
+
+void EndpointConnection::finish_close() {
+  if (state_ == State::Closed) return;
+  set_state(State::Closed);
+  std::error_code ignored;
+  socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+  socket_.close(ignored);
+  flush_timer_.cancel();
+  gate_timer_.cancel();
+  cancel_timer_.cancel();
+  // An in-flight write still points into the front packets; its completion releases them.
+  size_t keep = writing_ ? write_count_ : 0;
+  while (writes_.size() > keep) {
+    pending_writes_.fetch_sub(static_cast<int64_t>(writes_.back().data().data().size()),
+                              std::memory_order_relaxed);
+    writes_.pop_back();
+  }
+  table_->remove(dial_id_, connect_id_, this);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - started_)
+                .count();
+  KONN_CONN_LOG((&logger()), info, *this,
+                "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
+                close_reason_, bytes_up_, bytes_down_, ms);
+}
+
+void EndpointConnection::set_state(State s) {
+  KONN_CONN_LOG((&logger()), trace, *this, "state {} -> {}", to_string(state_), to_string(s));
+  state_ = s;
+}
+
+}  // namespace konn::agent

@@ -1,0 +1,152 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "core/io/asio_compat.h"
+#include "core/relay/read_gate.h"
+#include "core/tunnel/packet_stream.h"
+#include "proxy-agent/agent_stats.h"
+
+namespace konn::agent {
+
+class ConnectionTable;
+
+// Per-connection limits; the defaults are what the agent runs with.
+struct EndpointSettings {
+  std::chrono::milliseconds dial_timeout{5000};
+  // The server announced konn-flow-control: reads stop when the tunnel's window is used up, and
+  // credit is returned with KONN_WINDOW_UPDATE. Without it neither happens.
+  bool flow_control = false;
+  // Stop reading the socket while more than this many of our bytes wait in the stream's queue;
+  // resume below half of it.
+  size_t queue_high_watermark = 1024 * 1024;
+  // Bytes from the server waiting for the socket beyond which the connection is closed alone
+  // (a peer without flow control cannot be slowed down any other way).
+  size_t write_queue_cap = 16 * 1024 * 1024;
+  // How long queued bytes may take to reach the socket once the connection is closing.
+  std::chrono::milliseconds close_flush_timeout{5000};
+};
+
+// One TCP connection the agent dialled for the server (an ANP "endpoint connection"), and the
+// queues between it and its server stream. It lives on one io_context: every public method may
+// be called from any thread (gRPC reactions) and only posts work there; everything else runs on
+// that context without locks. Async handlers hold shared_from_this().
+//
+// Endpoint -> server: wait for readability, then allocate and read up to kReadChunk, one DATA
+// packet per read. Reading pauses while too many of our bytes wait in the stream (WriteListener
+// tells when they leave) or, with flow control, while the window is used up.
+// Server -> endpoint: DATA packets are queued and written from the packet's own bytes, one
+// async_write (gathering several packets) in flight at a time.
+class EndpointConnection : public core::tunnel::WriteListener,
+                           public std::enable_shared_from_this<EndpointConnection> {
+ public:
+  enum class State {
+    Dialing,      // connect in progress; no DIAL_RSP sent yet
+    Established,  // DIAL_RSP sent, bytes flow both ways
+    Closing,      // no more reads; queued writes are being flushed (bounded by a deadline)
+    Closed,       // socket closed and the connection left its table (final)
+  };
+
+  EndpointConnection(asio::io_context& ctx, std::shared_ptr<core::tunnel::PacketStream> stream,
+                     std::shared_ptr<ConnectionTable> table, int64_t connect_id, int64_t dial_id,
+                     std::string server_id, const EndpointSettings& settings,
+                     std::shared_ptr<AgentStats> stats);
+  ~EndpointConnection() override;
+
+  // Dials `address` ("host:port"); answers DIAL_RSP with the connectID or the dial's error.
+  // Call once, after the connection was added to its table.
+  void start(std::string address);
+  // A DATA packet from the server for this connection.
+  void deliver(Packet&& data);
+  // CLOSE_REQ: flush what is queued, close, answer CLOSE_RSP.
+  void close_request();
+  // DIAL_CLS: stop a dial still in progress (no DIAL_RSP is sent), or close the connection.
+  void cancel_dial();
+  // KONN_WINDOW_UPDATE: the server consumed `bytes` more of ours.
+  void add_credit(int64_t bytes);
+  // The stream ended: close at once; no packet can be sent any more.
+  void abandon();
+
+  // WriteListener: `data_bytes` of our DATA left the stream's queue (gRPC thread).
+  void on_written(size_t data_bytes) override;
+
+  int64_t connect_id() const { return connect_id_; }
+  int64_t dial_id() const { return dial_id_; }
+  // "[C<connectID> D<dialID> S<serverID>] " for KONN_CONN_LOG.
+  const std::string& log_prefix() const { return prefix_; }
+
+ private:
+  enum class CloseFlags : unsigned {
+    None = 0,
+    SendCloseResponse = 1,  // tell the server with CLOSE_RSP
+    Flush = 2,              // let queued writes reach the socket first
+  };
+  friend CloseFlags operator|(CloseFlags a, CloseFlags b) {
+    return static_cast<CloseFlags>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+  }
+  static bool has(CloseFlags set, CloseFlags f) {
+    return (static_cast<unsigned>(set) & static_cast<unsigned>(f)) != 0;
+  }
+
+  // Everything below runs on ctx_ only.
+  core::io::Awaitable<void> dial(std::string address);
+  core::io::Awaitable<void> read_loop();
+  void enqueue_write(Packet&& data);
+  void write_next();
+  void on_socket_written(std::error_code ec, size_t n);
+  void written_back(size_t data_bytes);
+  void pause(core::relay::PauseReason reason);
+  void resume(core::relay::PauseReason reason);
+  // First call wins; later calls return. `error` goes into CLOSE_RSP.
+  void close(const std::string& reason, CloseFlags flags, const std::string& error = {});
+  void finish_close();
+  void set_state(State s);
+
+  asio::io_context& ctx_;
+  std::shared_ptr<core::tunnel::PacketStream> stream_;
+  std::shared_ptr<ConnectionTable> table_;
+  const int64_t connect_id_;
+  const int64_t dial_id_;
+  const std::string server_id_;
+  const EndpointSettings settings_;
+  std::shared_ptr<AgentStats> stats_;
+  const std::string prefix_;
+
+  State state_ = State::Dialing;
+  asio::ip::tcp::socket socket_;
+  asio::steady_timer cancel_timer_;  // fires to cancel the dial (DIAL_CLS)
+  asio::steady_timer gate_timer_;    // the paused read loop waits on it; resume cancels it
+  asio::steady_timer flush_timer_;   // bounds Closing
+  bool dial_cancelled_ = false;
+  core::relay::ReadGate gate_;
+  int64_t in_stream_ = 0;    // our DATA bytes still in the stream's queue
+  int64_t credit_ = 0;       // flow control: bytes we may still send
+  int64_t unacked_ = 0;      // flow control: bytes written to the socket, credit not returned yet
+  std::deque<Packet> writes_;  // DATA from the server; the first write_count_ are being written
+  std::vector<asio::const_buffer> write_buffers_;
+  size_t write_count_ = 0;
+  bool writing_ = false;
+  bool flushing_ = false;
+  std::string close_reason_;
+  uint64_t bytes_up_ = 0;    // endpoint -> server
+  uint64_t bytes_down_ = 0;  // server -> endpoint
+  std::chrono::steady_clock::time_point started_;
+
+  // Shared with gRPC threads.
+  std::atomic<int64_t> pending_writes_{0};  // bytes delivered but not yet written to the socket
+  std::atomic<bool> overflowed_{false};
+};
+
+const char* to_string(EndpointConnection::State s);
+
+}  // namespace konn::agent

@@ -1,0 +1,31 @@
+// proxy-agent: the node side of the Konnectivity tunnel. Flags as upstream ANP's agent.
+#include <iostream>
+
+#include "core/config/flag_parser.h"
+#include "core/log/logger.h"
+#include "proxy-agent/agent_app.h"
+#include "proxy-agent/agent_options.h"
+
+int main(int argc, char** argv) {
+  konn::agent::AgentOptions options;
+  konn::core::config::FlagParser parser(
+      "proxy-agent", "Konnectivity proxy-agent: dials endpoints for the proxy-server");
+  options.register_flags(parser);
+  auto parsed = parser.parse(argc, argv);
+  if (parsed.exit_now) {
+    std::cout << parsed.output;
+    return 0;
+  }
+  options.apply_environment();
+  auto errors = parsed.errors;
+  if (errors.empty()) errors = options.validate();
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::cerr << "proxy-agent: " << e << "\n";
+    return 1;
+  }
+  if (!options.log_file.empty()) konn::core::log::set_file(options.log_file);
+  konn::core::log::set_level(options.log_level);
+  options.print(*konn::core::log::get("agent"));
+  konn::agent::AgentApp app(options);
+  return app.run();
+}

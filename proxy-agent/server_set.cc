@@ -1,0 +1,355 @@
+#include "proxy-agent/server_set.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include <asio/steady_timer.hpp>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include "core/log/log_macros.h"
+#include "core/tls/grpc_credentials.h"
+#include "proxy-agent/backoff.h"
+
+namespace konn::agent {
+namespace {
+
+using core::io::use_nothrow;
+
+spdlog::logger& logger() {
+  static const auto log = core::log::get("agent.servers");
+  return *log;
+}
+
+// Upstream waits for the response headers without a bound; a server that accepts TCP and then
+// says nothing would stall the loop for good. This bounds one attempt.
+constexpr std::chrono::seconds kHandshakeTimeout{30};
+// Go servers answer faster keepalive pings with GOAWAY (enforcement MinTime 30 s).
+constexpr std::chrono::seconds kMinKeepalive{30};
+
+std::string join_host_port(const std::string& host, int port) {
+  bool v6 = host.find(':') != std::string::npos && host.front() != '[';
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+struct ServerSet::Attempt {
+  explicit Attempt(asio::io_context& ctx) : timer(ctx) {}
+  asio::steady_timer timer;  // ctx only; cancelled when the outcome is known
+  bool done = false;         // ctx only
+  Outcome outcome = Outcome::Failed;
+  std::string why;
+};
+
+ServerSet::ServerSet(const AgentOptions& options, core::io::WorkerPool& pool,
+                     asio::io_context& ctx, std::shared_ptr<AgentStats> stats)
+    : options_(options), pool_(pool), ctx_(ctx), stats_(std::move(stats)) {}
+
+ServerSet::~ServerSet() = default;
+
+void ServerSet::start() {
+  asio::co_spawn(ctx_, connect_loop(), asio::detached);
+  asio::co_spawn(ctx_, probe_loop(), asio::detached);
+}
+
+void ServerSet::drain() {
+  std::vector<std::shared_ptr<ServerStreamReactor>> streams;
+  {
+    std::lock_guard lock(mu_);
+    if (draining_) return;
+    draining_ = true;
+    for (auto& [id, s] : streams_) streams.push_back(s);
+  }
+  KONN_LOG((&logger()), info, "draining: no new server connections; DRAIN to {} server(s)",
+           streams.size());
+  for (auto& s : streams) s->drain();
+}
+
+bool ServerSet::stop(bool abort, std::chrono::milliseconds wait) {
+  std::vector<std::shared_ptr<ServerStreamReactor>> streams;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (auto& [id, s] : streams_) streams.push_back(s);
+    if (pending_) streams.push_back(pending_);
+  }
+  asio::post(ctx_, [self = shared_from_this()] {
+    if (self->loop_timer_) self->loop_timer_->cancel();
+    if (self->probe_timer_) self->probe_timer_->cancel();
+  });
+  for (auto& s : streams) {
+    s->close(abort ? grpc::Status(grpc::StatusCode::CANCELLED, "agent stopping")
+                   : grpc::Status::OK,
+             abort);
+  }
+  std::unique_lock lock(mu_);
+  return all_done_.wait_for(lock, wait, [this] { return live_ == 0; });
+}
+
+size_t ServerSet::connected() const {
+  std::lock_guard lock(mu_);
+  return streams_.size();
+}
+
+std::vector<std::string> ServerSet::server_ids() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> ids;
+  for (auto& [id, s] : streams_) ids.push_back(id);
+  return ids;
+}
+
+size_t ServerSet::endpoint_connections() const {
+  std::vector<std::shared_ptr<ServerStreamReactor>> streams;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, s] : streams_) streams.push_back(s);
+  }
+  size_t n = 0;
+  for (auto& s : streams) n += s->connection_count();
+  return n;
+}
+
+int64_t ServerSet::server_count() const {
+  std::lock_guard lock(mu_);
+  return server_count_;
+}
+
+bool ServerSet::want_more() const {
+  std::lock_guard lock(mu_);
+  if (draining_ || stopping_) return false;
+  return options_.sync_forever || static_cast<int64_t>(streams_.size()) < server_count_;
+}
+
+core::io::Awaitable<void> ServerSet::connect_loop() {
+  auto self = shared_from_this();
+  Backoff backoff(options_.sync_interval, options_.sync_interval_cap);
+  loop_timer_ = std::make_shared<asio::steady_timer>(ctx_);
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) break;
+    }
+    auto wait = backoff.jittered(options_.sync_interval);
+    if (want_more()) {
+      Outcome outcome = co_await connect_once();
+      if (outcome == Outcome::Failed) {
+        wait = backoff.next();
+      } else {
+        backoff.reset();
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) break;
+    }
+    loop_timer_->expires_after(wait);
+    co_await loop_timer_->async_wait(use_nothrow);
+  }
+}
+
+core::io::Awaitable<void> ServerSet::probe_loop() {
+  auto self = shared_from_this();
+  probe_timer_ = std::make_shared<asio::steady_timer>(ctx_);
+  while (true) {
+    probe_timer_->expires_after(options_.probe_interval);
+    co_await probe_timer_->async_wait(use_nothrow);
+    std::vector<std::shared_ptr<ServerStreamReactor>> streams;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) break;
+      for (auto& [id, s] : streams_) streams.push_back(s);
+    }
+    for (auto& s : streams) {
+      auto state = s->channel_state();
+      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
+        KONN_LOG((&logger()), warn, "server {} at {}: connection not ready, dropping it",
+                 s->server_id(), s->target());
+        s->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "probe: connection not ready"),
+                 true);
+      }
+    }
+  }
+}
+
+core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
+  const std::string& host = options_.proxy_server_hosts[next_host_++ %
+                                                        options_.proxy_server_hosts.size()];
+  StreamConfig config;
+  config.target = join_host_port(host, options_.proxy_server_port);
+  config.agent_id = options_.agent_id;
+  config.agent_identifiers = options_.agent_identifiers;
+  config.endpoint.dial_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.dial_timeout);
+
+  // Read at every connect, so a rotated token is picked up.
+  if (!options_.service_account_token_path.empty()) {
+    std::ifstream in(options_.service_account_token_path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (!in) {
+      KONN_LOG((&logger()), warn, "cannot read --service-account-token-path {}",
+               options_.service_account_token_path);
+      stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
+      co_return Outcome::Failed;
+    }
+    config.token = ss.str();
+    // gRPC C++ aborts the process on a header value outside printable ASCII, so unlike
+    // upstream (raw contents) a trailing newline is trimmed and anything else refused.
+    while (!config.token.empty() && std::isspace(static_cast<unsigned char>(config.token.back()))) {
+      config.token.pop_back();
+    }
+    bool printable = std::all_of(config.token.begin(), config.token.end(), [](char c) {
+      return c >= 0x20 && c <= 0x7e;
+    });
+    if (!printable) {
+      KONN_LOG((&logger()), warn, "token in {} has characters a header cannot carry",
+               options_.service_account_token_path);
+      stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
+      co_return Outcome::Failed;
+    }
+  }
+
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  try {
+    creds = core::tls::grpc_channel_credentials(options_.ca_cert, options_.agent_cert,
+                                                options_.agent_key);
+  } catch (const std::exception& e) {
+    KONN_LOG((&logger()), warn, "TLS credentials: {}", e.what());
+    stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
+    co_return Outcome::Failed;
+  }
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // every attempt: a new TCP connection
+  auto keepalive = std::max<std::chrono::milliseconds>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.keepalive_time),
+      kMinKeepalive);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(std::min<int64_t>(
+                                              keepalive.count(), INT32_MAX)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
+  auto channel = grpc::CreateCustomChannel(config.target, creds, args);
+
+  auto attempt = std::make_shared<Attempt>(ctx_);
+  // The callbacks run on gRPC threads and may outlive this attempt: they hold weak references
+  // only, so nothing with an Asio timer is ever destroyed there.
+  std::weak_ptr<ServerSet> weak = weak_from_this();
+  std::weak_ptr<Attempt> weak_attempt = attempt;
+  auto reactor = ServerStreamReactor::create(
+      channel, std::move(config), pool_, stats_,
+      [weak, weak_attempt](const std::shared_ptr<ServerStreamReactor>& r, const Handshake& h) {
+        auto set = weak.lock();
+        return set && set->on_handshake(r, h, weak_attempt);
+      },
+      [weak, weak_attempt](std::shared_ptr<ServerStreamReactor> r, bool failed,
+                           const std::string& why) {
+        if (auto set = weak.lock()) set->on_end(std::move(r), failed, why, weak_attempt);
+      });
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) co_return Outcome::Failed;
+    ++live_;
+    pending_ = reactor;
+  }
+  reactor->start();
+  attempt->timer.expires_after(kHandshakeTimeout);
+  co_await attempt->timer.async_wait(use_nothrow);
+  if (!attempt->done) {
+    reactor->close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no response headers"),
+                   true);
+    while (!attempt->done) {
+      attempt->timer.expires_after(std::chrono::seconds(60));
+      co_await attempt->timer.async_wait(use_nothrow);
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    pending_.reset();
+  }
+  switch (attempt->outcome) {
+    case Outcome::Connected:
+      break;
+    case Outcome::Duplicate:
+      KONN_LOG((&logger()), debug, "{}: {}", reactor->target(), attempt->why);
+      break;
+    case Outcome::Failed:
+      stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
+      KONN_LOG((&logger()), warn, "cannot connect to proxy-server {}: {}", reactor->target(),
+               attempt->why);
+      break;
+  }
+  co_return attempt->outcome;
+}
+
+bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, const Handshake& h,
+                             const std::weak_ptr<Attempt>& attempt) {
+  Outcome outcome = Outcome::Connected;
+  std::string why;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || draining_) {
+      outcome = Outcome::Duplicate;
+      why = "agent is shutting down";
+    } else if (streams_.count(h.server_id) != 0) {
+      outcome = Outcome::Duplicate;
+      why = "already connected to server " + h.server_id;
+    } else {
+      streams_[h.server_id] = s;
+      // Only a new distinct server updates the count (as upstream does since #774).
+      server_count_ = std::max<int64_t>(1, h.server_count);
+    }
+  }
+  if (outcome == Outcome::Connected) {
+    stats_->open_server_connections.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    stats_->duplicate_servers.fetch_add(1, std::memory_order_relaxed);
+  }
+  finish_attempt(attempt, outcome, why);
+  return outcome == Outcome::Connected;
+}
+
+void ServerSet::on_end(std::shared_ptr<ServerStreamReactor> s, bool handshake_failed,
+                       const std::string& why, const std::weak_ptr<Attempt>& attempt) {
+  std::string id = s->server_id();
+  std::string target = s->target();
+  bool removed = false;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = streams_.find(id); it != streams_.end() && it->second == s) {
+      streams_.erase(it);
+      removed = true;
+    }
+  }
+  if (removed) {
+    stats_->open_server_connections.fetch_sub(1, std::memory_order_relaxed);
+    KONN_LOG((&logger()), info, "server {} at {} gone: {}", id, target, why);
+  }
+  if (handshake_failed) finish_attempt(attempt, Outcome::Failed, why);
+  // We run on a gRPC thread: the reactor (and its channel) must die elsewhere. Posted before
+  // live_ drops, so ctx_ is still alive (stop() waits for live_ == 0).
+  asio::post(ctx_, [dead = std::move(s)] {});
+  {
+    std::lock_guard lock(mu_);
+    --live_;
+  }
+  all_done_.notify_all();
+}
+
+void ServerSet::finish_attempt(const std::weak_ptr<Attempt>& weak, Outcome outcome,
+                               const std::string& why) {
+  auto attempt = weak.lock();
+  if (!attempt) return;
+  // The strong reference moves into the handler, so the Attempt dies on ctx_, never here.
+  asio::post(ctx_, [attempt = std::move(attempt), outcome, why] {
+    if (attempt->done) return;
+    attempt->done = true;
+    attempt->outcome = outcome;
+    attempt->why = why;
+    attempt->timer.cancel();
+  });
+}
+
+}  // namespace konn::agent

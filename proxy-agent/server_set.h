@@ -1,0 +1,92 @@
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "core/io/asio_compat.h"
+#include "core/io/worker_pool.h"
+#include "proxy-agent/agent_options.h"
+#include "proxy-agent/agent_stats.h"
+#include "proxy-agent/server_stream_reactor.h"
+
+namespace konn::agent {
+
+// The agent's streams to the proxy-servers (upstream's ClientSet): one stream per distinct
+// server id. A connect loop on `ctx` dials (a new gRPC channel, so a new TCP connection an L4
+// balancer may send elsewhere) every sync interval until as many distinct servers are connected
+// as the last servercount said, or forever with --sync-forever; a stream to an already connected
+// server is dropped. Failures back off (1.5x, jitter 0.1, from sync-interval up to
+// sync-interval-cap); a success resets the backoff. A probe loop drops streams whose channel is
+// no longer usable. Ended streams are removed and the loop replaces them.
+//
+// Lock: mu_ guards streams_, server_count_, draining_/stopping_ and live_; taken from gRPC
+// threads (handshake, stream end) and from the loops; never held while calling a reactor.
+class ServerSet : public std::enable_shared_from_this<ServerSet> {
+ public:
+  ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
+            std::shared_ptr<AgentStats> stats);
+  ~ServerSet();
+  ServerSet(const ServerSet&) = delete;
+  ServerSet& operator=(const ServerSet&) = delete;
+
+  // Spawns the connect and probe loops on ctx. Once.
+  void start();
+  // First shutdown signal: no new server connections, DRAIN on every stream. Existing tunnels
+  // keep working.
+  void drain();
+  // Ends every stream (gracefully, or cancelled with `abort`) and stops the loops. Waits up to
+  // `wait` for the streams' OnDone so no gRPC callback runs after it returns. Returns true when
+  // they all finished.
+  bool stop(bool abort, std::chrono::milliseconds wait);
+
+  // Distinct servers connected now.
+  size_t connected() const;
+  std::vector<std::string> server_ids() const;
+  // Endpoint connections over all streams.
+  size_t endpoint_connections() const;
+  // The servercount the servers last announced (1 until one answers).
+  int64_t server_count() const;
+
+ private:
+  enum class Outcome { Connected, Duplicate, Failed };
+  struct Attempt;
+
+  core::io::Awaitable<void> connect_loop();
+  core::io::Awaitable<void> probe_loop();
+  core::io::Awaitable<Outcome> connect_once();
+  bool want_more() const;
+  // Called from the reactor's callbacks (gRPC threads).
+  bool on_handshake(const std::shared_ptr<ServerStreamReactor>& s, const Handshake& h,
+                    const std::weak_ptr<Attempt>& attempt);
+  // Completes an attempt on ctx (any thread).
+  void finish_attempt(const std::weak_ptr<Attempt>& attempt, Outcome outcome,
+                      const std::string& why);
+  void on_end(std::shared_ptr<ServerStreamReactor> s, bool handshake_failed,
+              const std::string& why, const std::weak_ptr<Attempt>& attempt);
+
+  const AgentOptions& options_;
+  core::io::WorkerPool& pool_;
+  asio::io_context& ctx_;
+  std::shared_ptr<AgentStats> stats_;
+  size_t next_host_ = 0;  // connect loop only
+
+  mutable std::mutex mu_;
+  std::condition_variable all_done_;
+  std::map<std::string, std::shared_ptr<ServerStreamReactor>> streams_;  // by server id
+  int live_ = 0;  // reactors created whose OnDone has not run yet
+  int64_t server_count_ = 1;
+  bool draining_ = false;
+  bool stopping_ = false;
+  std::shared_ptr<ServerStreamReactor> pending_;     // the attempt waiting for headers
+  std::shared_ptr<asio::steady_timer> loop_timer_;   // the connect loop's wait (ctx only)
+  std::shared_ptr<asio::steady_timer> probe_timer_;  // the probe loop's wait (ctx only)
+};
+
+}  // namespace konn::agent

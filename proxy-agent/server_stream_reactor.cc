@@ -1,0 +1,310 @@
+#include "proxy-agent/server_stream_reactor.h"
+
+#include <charconv>
+
+#include "core/log/log_macros.h"
+#include "core/tunnel/packet.h"
+
+namespace konn::agent {
+namespace {
+
+namespace tunnel = core::tunnel;
+
+spdlog::logger& logger() {
+  static const auto log = core::log::get("agent.stream");
+  return *log;
+}
+
+std::string to_std(grpc::string_ref s) { return std::string(s.data(), s.size()); }
+
+// Reads the response headers as upstream's agent does: exactly one serverid, exactly one
+// decimal servercount. konn-flow-control: 1 turns our credit extension on.
+Handshake check_headers(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
+  Handshake h;
+  auto ids = md.equal_range("serverid");
+  auto counts = md.equal_range("servercount");
+  size_t n_ids = static_cast<size_t>(std::distance(ids.first, ids.second));
+  size_t n_counts = static_cast<size_t>(std::distance(counts.first, counts.second));
+  if (n_ids != 1) {
+    h.error = "expected one serverid header, got " + std::to_string(n_ids);
+    return h;
+  }
+  if (n_counts != 1) {
+    h.error = "expected one servercount header, got " + std::to_string(n_counts);
+    return h;
+  }
+  h.server_id = to_std(ids.first->second);
+  std::string count = to_std(counts.first->second);
+  auto [ptr, ec] = std::from_chars(count.data(), count.data() + count.size(), h.server_count);
+  if (count.empty() || ec != std::errc() || ptr != count.data() + count.size()) {
+    h.error = "servercount header \"" + count + "\" is not a decimal number";
+    return h;
+  }
+  for (auto [it, end] = md.equal_range(tunnel::kFlowControlHeader); it != end; ++it) {
+    if (it->second == tunnel::kFlowControlVersion) h.flow_control = true;
+  }
+  h.ok = true;
+  return h;
+}
+
+bool supported_protocol(const std::string& p) { return p == "tcp" || p == "tcp4" || p == "tcp6"; }
+
+}  // namespace
+
+std::shared_ptr<ServerStreamReactor> ServerStreamReactor::create(
+    std::shared_ptr<grpc::Channel> channel, StreamConfig config, core::io::WorkerPool& pool,
+    std::shared_ptr<AgentStats> stats, HandshakeCallback on_handshake, EndCallback on_end) {
+  return std::make_shared<ServerStreamReactor>(std::move(channel), std::move(config), pool,
+                                               std::move(stats), std::move(on_handshake),
+                                               std::move(on_end));
+}
+
+ServerStreamReactor::ServerStreamReactor(std::shared_ptr<grpc::Channel> channel,
+                                         StreamConfig config, core::io::WorkerPool& pool,
+                                         std::shared_ptr<AgentStats> stats,
+                                         HandshakeCallback on_handshake, EndCallback on_end)
+    : channel_(std::move(channel)),
+      stub_(AgentService::NewStub(channel_)),
+      config_(std::move(config)),
+      pool_(pool),
+      stats_(std::move(stats)),
+      on_handshake_(std::move(on_handshake)),
+      on_end_(std::move(on_end)) {}
+
+ServerStreamReactor::~ServerStreamReactor() = default;
+
+std::shared_ptr<ServerStreamReactor> ServerStreamReactor::self_ptr() {
+  return std::static_pointer_cast<ServerStreamReactor>(shared_from_this());
+}
+
+void ServerStreamReactor::start() {
+  {
+    std::lock_guard lock(mu_);
+    self_ = self_ptr();
+    started_ = std::chrono::steady_clock::now();
+  }
+  context_.AddMetadata("agentid", config_.agent_id);
+  context_.AddMetadata("agentidentifiers", config_.agent_identifiers);
+  if (!config_.token.empty()) context_.AddMetadata("authorization", "Bearer " + config_.token);
+  context_.AddMetadata(tunnel::kFlowControlHeader, tunnel::kFlowControlVersion);
+  stub_->async()->Connect(&context_, this);
+  AddHold();  // reads and writes are started from other threads; removed by start_finish_op
+  StartCall();
+}
+
+void ServerStreamReactor::drain() {
+  KONN_LOG((&logger()), info, "{}sending DRAIN", log_prefix());
+  send(tunnel::make_drain());
+}
+
+grpc_connectivity_state ServerStreamReactor::channel_state() const {
+  return channel_->GetState(false);
+}
+
+std::string ServerStreamReactor::server_id() const {
+  std::lock_guard lock(mu_);
+  return server_id_;
+}
+
+bool ServerStreamReactor::flow_control() const {
+  std::lock_guard lock(mu_);
+  return flow_control_;
+}
+
+std::string ServerStreamReactor::log_prefix() const {
+  std::lock_guard lock(mu_);
+  return "[S" + (server_id_.empty() ? std::string("?") : server_id_) + " " + config_.target +
+         "] ";
+}
+
+void ServerStreamReactor::OnReadInitialMetadataDone(bool ok) {
+  Handshake h;
+  if (ok) {
+    h = check_headers(context_.GetServerInitialMetadata());
+  } else {
+    h.error = "stream failed before response headers";
+  }
+  if (!h.ok) {
+    {
+      std::lock_guard lock(mu_);
+      handshake_error_ = h.error;
+    }
+    // The reason is reported from OnDone, where the call's status is known.
+    close(grpc::Status(grpc::StatusCode::CANCELLED, h.error), true);
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    server_id_ = h.server_id;
+    flow_control_ = h.flow_control;
+  }
+  bool keep = on_handshake_ ? on_handshake_(self_ptr(), h) : true;
+  if (!keep) {
+    {
+      std::lock_guard lock(mu_);
+      handshake_error_ = "not kept";
+      accepted_ = false;
+    }
+    close(grpc::Status(grpc::StatusCode::CANCELLED, "duplicate server"), true);
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    accepted_ = true;
+  }
+  KONN_LOG((&logger()), info, "{}connected: servercount={} flow-control={}", log_prefix(),
+           h.server_count, h.flow_control ? "on" : "off");
+  start_reading();
+}
+
+void ServerStreamReactor::OnReadDone(bool ok) { handle_read_done(ok); }
+
+void ServerStreamReactor::OnWriteDone(bool ok) { handle_write_done(ok); }
+
+void ServerStreamReactor::OnDone(const grpc::Status& status) {
+  mark_done();
+  std::string why = status.ok() ? std::string("stream finished")
+                                : "stream ended: " + std::to_string(status.error_code()) + " " +
+                                      status.error_message();
+  bool handshake_failed = false;
+  {
+    std::lock_guard lock(mu_);
+    handshake_failed = !accepted_;
+    if (handshake_failed && !handshake_error_.empty() && handshake_error_ != "not kept") {
+      why = handshake_error_ + (status.ok() ? "" : " (" + status.error_message() + ")");
+    }
+  }
+  end(why);
+  std::shared_ptr<ServerStreamReactor> last;
+  {
+    std::lock_guard lock(mu_);
+    last = std::move(self_);
+  }
+  auto on_end = std::move(on_end_);
+  // The owner may release `last` at once on another thread: nothing touches members after this.
+  if (on_end) on_end(std::move(last), handshake_failed, why);
+}
+
+void ServerStreamReactor::start_write_op(const Packet* p, grpc::WriteOptions opts) {
+  StartWrite(p, opts);
+}
+
+void ServerStreamReactor::start_read_op(Packet* p) { StartRead(p); }
+
+void ServerStreamReactor::start_finish_op(const grpc::Status&) {
+  // A client has no Finish: half-close our side so the server ends the call, then let OnDone
+  // come once every operation completed.
+  StartWritesDone();
+  RemoveHold();
+}
+
+void ServerStreamReactor::cancel_op() { context_.TryCancel(); }
+
+void ServerStreamReactor::on_read_end() {
+  end("read side ended");
+  close(grpc::Status::OK);
+}
+
+void ServerStreamReactor::end(const std::string& why) {
+  bool was_accepted = false;
+  {
+    std::lock_guard lock(mu_);
+    if (ended_) return;
+    ended_ = true;
+    was_accepted = accepted_;
+  }
+  auto conns = table_->take_all();
+  for (auto& c : conns) c->abandon();
+  if (was_accepted) {
+    KONN_LOG((&logger()), info, "{}disconnected ({}); closed {} endpoint connection(s)",
+             log_prefix(), why, conns.size());
+  }
+}
+
+void ServerStreamReactor::on_packet(Packet&& p) {
+  stats_->packets_received.fetch_add(1, std::memory_order_relaxed);
+  switch (p.type()) {
+    case DIAL_REQ:
+      handle_dial(p.dialrequest());
+      return;
+    case DATA: {
+      int64_t id = p.data().connectid();
+      if (auto c = table_->find(id)) {
+        c->deliver(std::move(p));
+      } else {
+        stats_->unknown_connect_ids.fetch_add(1, std::memory_order_relaxed);
+        KONN_LOG((&logger()), debug, "{}DATA for unknown connectID {}", log_prefix(), id);
+        send(tunnel::make_close_response(id, "unrecognized connectID"));
+      }
+      return;
+    }
+    case CLOSE_REQ: {
+      int64_t id = p.closerequest().connectid();
+      if (auto c = table_->find(id)) {
+        c->close_request();
+      } else {
+        stats_->unknown_connect_ids.fetch_add(1, std::memory_order_relaxed);
+        KONN_LOG((&logger()), debug, "{}CLOSE_REQ for unknown connectID {}", log_prefix(), id);
+        send(tunnel::make_close_response(id, "Unknown connectID"));
+      }
+      return;
+    }
+    case DIAL_CLS: {
+      int64_t random = p.closedial().random();
+      if (auto c = table_->find_dial(random)) {
+        c->cancel_dial();
+      } else {
+        KONN_LOG((&logger()), debug, "{}DIAL_CLS for unknown dial {}", log_prefix(), random);
+      }
+      return;
+    }
+    case KONN_WINDOW_UPDATE: {
+      if (!flow_control()) {
+        KONN_LOG((&logger()), warn, "{}ignoring KONN_WINDOW_UPDATE: flow control not negotiated",
+                 log_prefix());
+        return;
+      }
+      if (auto c = table_->find(p.windowupdate().connectid())) {
+        c->add_credit(p.windowupdate().bytes());
+      }
+      return;
+    }
+    default:
+      KONN_LOG((&logger()), warn, "{}ignoring unexpected packet {}", log_prefix(),
+               tunnel::describe(p));
+      return;
+  }
+}
+
+void ServerStreamReactor::handle_dial(const DialRequest& req) {
+  const std::string& address = req.address();
+  int64_t random = req.random();
+  if (!supported_protocol(req.protocol())) {
+    KONN_LOG((&logger()), info, "{}refusing dial {} {}: unsupported protocol", log_prefix(),
+             req.protocol(), address);
+    send(tunnel::make_dial_response(
+        random, 0, "dial " + req.protocol() + " " + address + ": unknown network " +
+                       req.protocol()));
+    return;
+  }
+  EndpointSettings settings = config_.endpoint;
+  std::string server_id;
+  {
+    std::lock_guard lock(mu_);
+    settings.flow_control = flow_control_;
+    server_id = server_id_;
+  }
+  int64_t id = table_->allocate_connect_id();
+  auto conn = std::make_shared<EndpointConnection>(pool_.next(), shared_from_this(), table_, id,
+                                                   random, server_id, settings, stats_);
+  if (!table_->add_dial(random, conn)) {
+    KONN_LOG((&logger()), warn, "{}refusing dial {}: dial id {} already in use", log_prefix(),
+             address, random);
+    send(tunnel::make_dial_response(random, 0,
+                                    "dial tcp " + address + ": dial id already in use"));
+    return;
+  }
+  conn->start(address);
+}
+
+}  // namespace konn::agent

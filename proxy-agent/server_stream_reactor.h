@@ -1,0 +1,132 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/client_callback.h>
+
+#include "core/io/worker_pool.h"
+#include "core/tunnel/packet_stream.h"
+#include "konnectivity/agent.grpc.pb.h"
+#include "proxy-agent/agent_stats.h"
+#include "proxy-agent/connection_table.h"
+#include "proxy-agent/endpoint_connection.h"
+
+namespace konn::agent {
+
+// What one connection attempt sends and needs.
+struct StreamConfig {
+  std::string target;  // host:port of the proxy-server
+  std::string agent_id;
+  std::string agent_identifiers;  // sent always, maybe empty
+  std::string token;              // raw file contents; empty: no authorization header
+  EndpointSettings endpoint;      // flow_control is decided per stream from the headers
+};
+
+// What the server's response headers said.
+struct Handshake {
+  bool ok = false;  // exactly one serverid and a decimal servercount
+  std::string server_id;
+  int64_t server_count = 0;
+  bool flow_control = false;  // the server announced konn-flow-control: 1
+  std::string error;          // why not ok
+};
+
+// The agent's end of one AgentService/Connect stream to one proxy-server (an upstream "client"
+// of the ClientSet). It sends agentid/agentidentifiers/authorization and konn-flow-control in
+// the request headers, waits for serverid/servercount, then serves DIAL_REQ, DATA, CLOSE_REQ,
+// DIAL_CLS and KONN_WINDOW_UPDATE, each by posting to the endpoint connection's io_context: a
+// reaction never touches a socket and never waits on one connection (no head-of-line blocking).
+//
+// Lifetime: create() returns a shared_ptr; the reactor also holds itself until OnDone. One hold
+// (AddHold before StartCall) is removed by the PacketStream finish operation, after
+// WritesDone. Owners (ServerSet) keep shared_ptrs.
+class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
+                            public core::tunnel::PacketStream {
+ public:
+  // Runs on a gRPC thread once the headers were checked. Returns true to keep the stream
+  // (reads start), false to drop it (e.g. a duplicate server id).
+  using HandshakeCallback =
+      std::function<bool(const std::shared_ptr<ServerStreamReactor>&, const Handshake&)>;
+  // Runs once, as the last act of OnDone: the call is over and no callback of it will run
+  // again. `handshake_failed` is true when the stream was never kept (bad headers, a failed
+  // call, or dropped by HandshakeCallback); `why` says what happened. It receives the reactor's
+  // own reference and must release it on a thread that is not gRPC's: destroying the last
+  // reference to a grpc::Channel on a callback thread can join that very thread.
+  using EndCallback = std::function<void(std::shared_ptr<ServerStreamReactor> self,
+                                         bool handshake_failed, const std::string& why)>;
+
+  static std::shared_ptr<ServerStreamReactor> create(std::shared_ptr<grpc::Channel> channel,
+                                                     StreamConfig config,
+                                                     core::io::WorkerPool& pool,
+                                                     std::shared_ptr<AgentStats> stats,
+                                                     HandshakeCallback on_handshake,
+                                                     EndCallback on_end);
+  ~ServerStreamReactor() override;
+
+  // Starts the call. Once.
+  void start();
+  // Sends DRAIN: the server stops routing new dials here; existing tunnels continue.
+  void drain();
+  // The gRPC channel's state (probe): not READY for long means the server is unreachable.
+  grpc_connectivity_state channel_state() const;
+  // Endpoint connections of this stream (dialing or established).
+  size_t connection_count() const { return table_->size(); }
+  std::string server_id() const;
+  bool flow_control() const;
+  const std::string& target() const { return config_.target; }
+
+  // ClientBidiReactor.
+  void OnReadInitialMetadataDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+  // Public only for make_shared; use create().
+  ServerStreamReactor(std::shared_ptr<grpc::Channel> channel, StreamConfig config,
+                      core::io::WorkerPool& pool, std::shared_ptr<AgentStats> stats,
+                      HandshakeCallback on_handshake, EndCallback on_end);
+
+ protected:
+  // PacketStream.
+  void start_write_op(const Packet* p, grpc::WriteOptions opts) override;
+  void start_read_op(Packet* p) override;
+  void start_finish_op(const grpc::Status& status) override;
+  void cancel_op() override;
+  void on_packet(Packet&& p) override;
+  void on_read_end() override;
+
+ private:
+  std::shared_ptr<ServerStreamReactor> self_ptr();
+  void handle_dial(const DialRequest& req);
+  // Tears down every endpoint connection, once.
+  void end(const std::string& why);
+  std::string log_prefix() const;
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<AgentService::Stub> stub_;
+  grpc::ClientContext context_;
+  const StreamConfig config_;
+  core::io::WorkerPool& pool_;
+  std::shared_ptr<AgentStats> stats_;
+  std::shared_ptr<ConnectionTable> table_ = std::make_shared<ConnectionTable>();
+  HandshakeCallback on_handshake_;
+  EndCallback on_end_;
+
+  // Lock: mu_ guards the fields below; never held while calling into gRPC or PacketStream.
+  mutable std::mutex mu_;
+  std::shared_ptr<ServerStreamReactor> self_;  // until OnDone
+  std::string server_id_;
+  bool flow_control_ = false;
+  bool accepted_ = false;
+  bool ended_ = false;
+  std::string handshake_error_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace konn::agent
