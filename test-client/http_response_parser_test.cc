@@ -48,7 +48,7 @@ TEST_CASE("http parser: body until the connection ends", "[testclient]") {
   CHECK(p.body() == "part one part two");
 }
 
-TEST_CASE("http parser: interim 100 skipped, 204 has no body", "[testclient]") {
+TEST_CASE("http parser: interim 100 skipped and 204 has no body", "[testclient]") {
   HttpResponseParser p;
   CHECK(p.feed("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n") ==
         Status::Complete);

@@ -3,8 +3,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
@@ -17,7 +19,9 @@ namespace konn::testsupport {
 // echo is flushed.
 class EchoServer {
  public:
-  EchoServer();
+  // With `hash`, each connection also computes the SHA-256 of the bytes it received; digests()
+  // lists them (lowercase hex) for the connections that ended.
+  explicit EchoServer(bool hash = false);
   ~EchoServer();
   EchoServer(const EchoServer&) = delete;
   EchoServer& operator=(const EchoServer&) = delete;
@@ -29,6 +33,10 @@ class EchoServer {
   size_t accepted() const { return accepted_.load(); }
   size_t active() const { return active_.load(); }
   uint64_t bytes_echoed() const { return bytes_.load(); }
+  std::vector<std::string> digests() const;
+
+  // Used by the connection coroutines.
+  void add_digest(std::string hex);
 
  private:
   asio::io_context ctx_;
@@ -37,6 +45,9 @@ class EchoServer {
   std::atomic<size_t> accepted_{0};
   std::atomic<size_t> active_{0};
   std::atomic<uint64_t> bytes_{0};
+  const bool hash_;
+  mutable std::mutex mu_;
+  std::vector<std::string> digests_;
   std::thread thread_;
 };
 

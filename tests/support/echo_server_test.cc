@@ -36,3 +36,18 @@ TEST_CASE("echo server: echoes bytes per connection and counts them", "[support]
   CHECK(ec == asio::error::eof);
   CHECK(eventually([&] { return echo.active() == 1; }, 2s));
 }
+
+TEST_CASE("echo server: SHA-256 of each finished connection", "[support]") {
+  EchoServer echo(true);
+  asio::io_context ctx;
+  asio::ip::tcp::socket a(ctx);
+  a.connect({asio::ip::address_v4::loopback(), echo.port()});
+  asio::write(a, asio::buffer(std::string("abc")));
+  char buf[3];
+  asio::read(a, asio::buffer(buf));
+  a.shutdown(asio::ip::tcp::socket::shutdown_send);
+  std::error_code ec;
+  asio::read(a, asio::buffer(buf), ec);
+  REQUIRE(eventually([&] { return echo.digests().size() == 1; }, 2s));
+  CHECK(echo.digests()[0] == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}

@@ -39,7 +39,7 @@ TEST_CASE("process: wait_for_log gives up early when the child exits", "[support
   CHECK(p.wait_exit(1s) == 3);
 }
 
-TEST_CASE("process: run_process returns code and output; times out a hang", "[support]") {
+TEST_CASE("process: run_process returns code and output and times out a hang", "[support]") {
   RunResult ok = run_process(shell("echo out; echo err >&2; exit 7"), 5s);
   CHECK(ok.exit_code == 7);
   CHECK(ok.output.find("out") != std::string::npos);
