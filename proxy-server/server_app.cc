@@ -12,6 +12,8 @@
 #include "core/log/log_macros.h"
 #include "core/net/listener.h"
 #include "core/tls/grpc_credentials.h"
+#include "core/tls/tls_context.h"
+#include "proxy-server/frontend/http_connect_frontend.h"
 #include "proxy-server/backend/agent_service.h"
 #include "proxy-server/frontend/proxy_service.h"
 #include "proxy-server/tunnel/router.h"
@@ -40,10 +42,6 @@ ServerApp::ServerApp(const ServerOptions& options)
 ServerApp::~ServerApp() { shutdown(); }
 
 void ServerApp::start() {
-  if (options_.mode != "grpc") {
-    throw std::runtime_error("--mode=" + options_.mode +
-                             ": only grpc mode is available in this build");
-  }
   timers_guard_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
       timers_.get_executor());
   timer_thread_ = std::thread([this] { timers_.run(); });
@@ -52,6 +50,9 @@ void ServerApp::start() {
   proxy_service_ = std::make_unique<ProxyServiceImpl>(*router_);
   agent_service_ = std::make_unique<AgentServiceImpl>(*router_);
 
+  if (options_.mode == "http-connect") {
+    start_http_connect();
+  } else {
   // Frontend: kube-apiserver shares one HTTP/2 connection for all its dials, so the number of
   // concurrent streams is left unlimited.
   {
@@ -84,6 +85,7 @@ void ServerApp::start() {
                bind_spec(options_.server_bind_address, frontend_port_));
     }
   }
+  }
   // Agents: always TLS; mTLS when --cluster-ca-cert is given.
   {
     grpc::ServerBuilder b;
@@ -106,6 +108,27 @@ void ServerApp::start() {
              options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
              bind_spec(options_.agent_bind_address, agent_port_));
   }
+}
+
+void ServerApp::start_http_connect() {
+  pool_ = std::make_unique<core::io::WorkerPool>();
+  http_connect_ = std::make_unique<HttpConnectServer>(*router_, *pool_);
+  if (!options_.uds_name.empty()) {
+    http_connect_->listen_unix(options_.uds_name, options_.delete_existing_uds_file);
+    KONN_LOG(log_, info, "frontend (http-connect) listening on unix:{}", options_.uds_name);
+  } else {
+    core::tls::ServerTlsConfig tls;
+    tls.cert_file = options_.server_cert;
+    tls.key_file = options_.server_key;
+    tls.client_ca_file = options_.server_ca_cert;
+    tls.alpn = {"http/1.1"};
+    http_connect_->listen_tls(options_.server_bind_address, options_.server_port,
+                              core::tls::make_server_context(tls));
+    frontend_port_ = http_connect_->port();
+    KONN_LOG(log_, info, "frontend (http-connect, mTLS) listening on {}",
+             bind_spec(options_.server_bind_address, frontend_port_));
+  }
+  pool_->start();
 }
 
 void ServerApp::start_admin() {
@@ -162,9 +185,12 @@ void ServerApp::shutdown() {
                   std::chrono::duration_cast<std::chrono::system_clock::duration>(
                       options_.graceful_shutdown_timeout);
   if (frontend_server_) frontend_server_->Shutdown(deadline);
+  if (http_connect_) http_connect_->stop();
   if (agent_server_) agent_server_->Shutdown(std::chrono::system_clock::now());
   frontend_server_.reset();
   agent_server_.reset();
+  if (pool_) pool_->stop();
+  http_connect_.reset();
   timers_guard_.reset();
   timers_.stop();
   if (health_) health_->stop();

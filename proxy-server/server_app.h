@@ -8,6 +8,7 @@
 #include <spdlog/logger.h>
 
 #include "core/admin/admin_server.h"
+#include "core/io/worker_pool.h"
 #include "core/metrics/metrics.h"
 #include "proxy-server/server_metrics.h"
 #include "proxy-server/server_options.h"
@@ -15,6 +16,7 @@
 namespace konn::server {
 
 class Router;
+class HttpConnectServer;
 class ProxyServiceImpl;
 class AgentServiceImpl;
 
@@ -42,6 +44,7 @@ class ServerApp {
  private:
   void shutdown();
   void start_admin();
+  void start_http_connect();
 
   const ServerOptions& options_;
   std::shared_ptr<spdlog::logger> log_;
@@ -56,6 +59,8 @@ class ServerApp {
   std::unique_ptr<ProxyServiceImpl> proxy_service_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   std::unique_ptr<grpc::Server> frontend_server_;
+  std::unique_ptr<core::io::WorkerPool> pool_;
+  std::unique_ptr<HttpConnectServer> http_connect_;
   std::unique_ptr<grpc::Server> agent_server_;
   asio::io_context signals_ctx_;
   int agent_port_ = 0;

@@ -48,6 +48,8 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("backend-dial-timeout", &backend_dial_timeout, "Bound on waiting for DIAL_RSP (0: none)");
   p.add("graceful-shutdown-timeout", &graceful_shutdown_timeout,
         "How long open tunnels may finish after SIGTERM (0: close at once)");
+  p.add("http-connect-header-timeout", &http_connect_header_timeout,
+        "How long an HTTP CONNECT client may take to send its request head");
   p.add("admin-port", &admin_port, "Admin HTTP port");
   p.add("admin-bind-address", &admin_bind_address, "Admin HTTP bind address");
   p.add("health-port", &health_port, "Health HTTP port");
@@ -126,6 +128,9 @@ std::vector<std::string> ServerOptions::validate() const {
   if (backend_dial_timeout.count() < 0) errors.push_back("--backend-dial-timeout: negative");
   if (graceful_shutdown_timeout.count() < 0) {
     errors.push_back("--graceful-shutdown-timeout: negative");
+  }
+  if (http_connect_header_timeout.count() <= 0) {
+    errors.push_back("--http-connect-header-timeout: must be positive");
   }
   if (!port_ok(admin_port)) errors.push_back("--admin-port: must be 0-65535");
   if (!port_ok(health_port)) errors.push_back("--health-port: must be 0-65535");

@@ -59,6 +59,8 @@ struct ServerOptions {
   int xfr_channel_size = 10;
   Duration backend_dial_timeout{0};
   Duration graceful_shutdown_timeout{0};
+  // konn: a CONNECT client must send its whole request head within this (slowloris bound).
+  Duration http_connect_header_timeout = std::chrono::seconds(60);
 
   // Admin and health.
   int admin_port = 8095;

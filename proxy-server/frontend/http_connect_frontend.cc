@@ -1,0 +1,547 @@
+#include "proxy-server/frontend/http_connect_frontend.h"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <deque>
+
+#include <asio.hpp>
+#include <asio/ssl.hpp>
+
+#include "core/http/http1_parser.h"
+#include "core/io/asio_compat.h"
+#include "core/log/log_macros.h"
+#include "core/net/dialer.h"
+#include "core/net/endpoint.h"
+#include "core/net/listener.h"
+#include "core/tunnel/packet.h"
+#include "proxy-server/backend/backend.h"
+#include "proxy-server/tunnel/frontend.h"
+#include "proxy-server/tunnel/router.h"
+
+namespace konn::server {
+namespace {
+
+using namespace asio::experimental::awaitable_operators;
+using core::io::use_nothrow;
+using core::tunnel::make_close_dial;
+using core::tunnel::make_close_request;
+using core::tunnel::make_data;
+using core::tunnel::make_dial_request;
+using core::tunnel::make_window_update;
+
+constexpr size_t kMaxHead = 64 * 1024;
+constexpr int64_t kToAgentHigh = 4 * 1024 * 1024;
+constexpr int64_t kToAgentLow = kToAgentHigh / 2;
+constexpr std::chrono::seconds kHandshakeTimeout(10);
+constexpr std::chrono::seconds kCloseWait(10);
+constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
+
+std::string status_text(int status) {
+  switch (status) {
+    case 400: return "Bad Request";
+    case 405: return "Method Not Allowed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Error";
+  }
+}
+
+std::string error_response(int status, const std::string& body) {
+  return "HTTP/1.1 " + std::to_string(status) + " " + status_text(status) +
+         "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// How upstream maps an agent's dial error onto an HTTP status.
+int status_for_agent_error(const std::string& error) {
+  if (error.find("timeout") != std::string::npos ||
+      error.find("deadline exceeded") != std::string::npos) {
+    return 504;
+  }
+  if (error.find("too many open files") != std::string::npos) return 503;
+  return 502;
+}
+
+int64_t random_dial_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return static_cast<int64_t>(rng() >> 1);  // non-negative, like Go's rand.Int63()
+}
+
+auto& lowest(asio::local::stream_protocol::socket& s) { return s; }
+auto& lowest(asio::ssl::stream<asio::ip::tcp::socket>& s) { return s.lowest_layer(); }
+
+// One CONNECT connection. Everything but the Frontend methods runs on the connection's executor;
+// the Frontend methods (gRPC threads) only post to it, apart from the atomics they document.
+template <typename Stream>
+class ConnectSession : public Frontend, public std::enable_shared_from_this<ConnectSession<Stream>> {
+ public:
+  ConnectSession(Stream stream, Router& router, std::string peer)
+      : stream_(std::move(stream)),
+        router_(router),
+        log_(core::log::get("server.http-connect")),
+        peer_(std::move(peer)),
+        wake_(stream_.get_executor()),
+        resume_(stream_.get_executor()) {}
+
+  ~ConnectSession() override { router_.metrics().http_connections.Add({}).Decrement(); }
+
+  void start() {
+    router_.metrics().http_connections.Add({}).Increment();
+    asio::co_spawn(stream_.get_executor(), run(this->shared_from_this()), asio::detached);
+  }
+
+  // --- Frontend (gRPC threads) ---
+  bool deliver_dial_response(Packet&& p) override {
+    if (!dialing_.exchange(false)) return false;  // gave up already
+    asio::post(stream_.get_executor(), [self = this->shared_from_this(), p = std::move(p)]() {
+      self->dial_result_ = p.dialresponse();
+      self->dial_answered_ = true;
+      self->wake_.cancel();
+    });
+    return true;
+  }
+  void deliver_data(Packet&& p) override {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this(), p = std::move(p)]() mutable {
+      self->queue_to_client(std::move(p));
+    });
+  }
+  void deliver_close(Packet&& p) override {
+    bool dial = p.type() == DIAL_CLS;
+    if (dial && !dialing_.exchange(false)) return;
+    asio::post(stream_.get_executor(), [self = this->shared_from_this(), dial]() {
+      if (dial) {
+        self->dial_answered_ = true;
+        self->dial_result_.set_error("dial closed by agent");
+        self->wake_.cancel();
+      } else {
+        self->agent_closed("closed by agent");
+      }
+    });
+  }
+  void deliver_window_update(int64_t bytes) override {
+    credit_.fetch_add(bytes);
+    wake_reader();
+  }
+  void backend_gone() override {
+    bool was_dialing = dialing_.exchange(false);
+    asio::post(stream_.get_executor(), [self = this->shared_from_this(), was_dialing]() {
+      if (was_dialing) {
+        self->dial_answered_ = true;
+        self->backend_lost_ = true;
+        self->wake_.cancel();
+      } else {
+        self->agent_closed("agent disconnected");
+      }
+    });
+  }
+  std::string log_prefix() const override {
+    return "[C" + std::to_string(connect_id_.load()) + " D" + std::to_string(random_) + " A" +
+           agent_id_ + "] ";
+  }
+
+ private:
+  static constexpr bool kTls = std::is_same_v<Stream, asio::ssl::stream<asio::ip::tcp::socket>>;
+  static constexpr size_t kTlsRead = 16 * 1024;
+
+  // Bytes of ours in the backend's queue were written: maybe resume reading the client.
+  struct ToAgentListener : core::tunnel::WriteListener {
+    ConnectSession* owner = nullptr;
+    void on_written(size_t bytes) override {
+      if (owner->to_agent_queued_.fetch_sub(static_cast<int64_t>(bytes)) -
+              static_cast<int64_t>(bytes) <= kToAgentLow) {
+        owner->wake_reader();
+      }
+    }
+  };
+
+  void wake_reader() {
+    if (!reader_paused_.load()) return;
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()] { self->resume_.cancel(); });
+  }
+
+  core::io::Awaitable<void> run(std::shared_ptr<ConnectSession> self) {
+    (void)self;  // keeps this session alive for the whole coroutine
+    if constexpr (kTls) {
+      asio::steady_timer t(stream_.get_executor(), kHandshakeTimeout);
+      auto r = co_await (stream_.async_handshake(asio::ssl::stream_base::server, use_nothrow) ||
+                         t.async_wait(use_nothrow));
+      if (r.index() == 1 || std::get<0>(r) != std::make_tuple(std::error_code())) {
+        KONN_LOG(log_, info, "http-connect client {}: TLS handshake failed or timed out", peer_);
+        co_return;
+      }
+    }
+    // Read the CONNECT head within the header timeout (slowloris bound).
+    core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request, kMaxHead);
+    std::string buf(16 * 1024, '\0');
+    std::string leftover;
+    {
+      asio::steady_timer deadline(stream_.get_executor(),
+                                  router_.options().http_connect_header_timeout);
+      for (;;) {
+        auto r = co_await (stream_.async_read_some(asio::buffer(buf), use_nothrow) ||
+                           deadline.async_wait(use_nothrow));
+        if (r.index() == 1) {
+          KONN_LOG(log_, info, "http-connect client {}: no complete request head in {}; closing",
+                   peer_, core::config::format_go_duration(router_.options().http_connect_header_timeout));
+          co_return;
+        }
+        auto [ec, n] = std::get<0>(r);
+        if (ec) co_return;
+        auto res = parser.feed(std::string_view(buf.data(), n));
+        if (res.status == core::http::Http1Parser::Status::Invalid) {
+          KONN_LOG(log_, info, "http-connect client {}: bad request: {}", peer_, parser.error());
+          co_await reply_and_close(parser.error_status(), parser.error() + "\n");
+          co_return;
+        }
+        if (res.status == core::http::Http1Parser::Status::MessageComplete) {
+          leftover.assign(buf.data() + res.consumed, n - res.consumed);
+          break;
+        }
+      }
+    }
+    const auto& head = parser.head();
+    if (head.method != "CONNECT") {
+      co_await reply_and_close(405, "this proxy only supports CONNECT passthrough\n");
+      co_return;
+    }
+    auto hp = core::net::parse_host_port(head.target);
+    if (!hp || hp->port == 0) {
+      co_await reply_and_close(400, "CONNECT target must be host:port, got \"" + head.target +
+                                        "\"\n");
+      co_return;
+    }
+    address_ = head.target;
+    co_await dial(hp->host);
+    if (!established_) co_return;
+    if (!leftover.empty()) send_to_agent(std::move(leftover));
+    co_await read_client();
+  }
+
+  core::io::Awaitable<void> reply_and_close(int status, const std::string& body) {
+    std::string rsp = error_response(status, body);
+    co_await asio::async_write(stream_, asio::buffer(rsp), use_nothrow);
+    std::error_code ignored;
+    lowest(stream_).shutdown(asio::socket_base::shutdown_both, ignored);
+    lowest(stream_).close(ignored);
+  }
+
+  core::io::Awaitable<void> dial(const std::string& host) {
+    random_ = random_dial_id();
+    backend_ = router_.backends().pick(host);
+    if (!backend_) {
+      router_.metrics().dial_failure("no_agent");
+      co_await reply_and_close(500, "currently no tunnels available: No agent available");
+      co_return;
+    }
+    agent_id_ = backend_->agent_id();
+    flow_control_ = backend_->flow_control();
+    credit_ = core::tunnel::kTunnelWindow;
+    if (!router_.pending().add(random_, this->shared_from_this(), backend_.get())) {
+      co_await reply_and_close(502, "Failed to tunnel dial request: dial id collision");
+      co_return;
+    }
+    dialing_ = true;
+    auto started = std::chrono::steady_clock::now();
+    if (!backend_->send(make_dial_request(address_, random_))) {
+      dialing_ = false;
+      router_.pending().take(random_);
+      co_await reply_and_close(502, "Failed to tunnel dial request: agent disconnected");
+      co_return;
+    }
+    auto timeout = router_.options().backend_dial_timeout;
+    wake_.expires_at(timeout.count() > 0 ? started + timeout
+                                         : std::chrono::steady_clock::time_point::max());
+    while (!dial_answered_) {
+      auto [ec] = co_await wake_.async_wait(use_nothrow);
+      if (!ec && !dial_answered_ && dialing_.exchange(false)) {  // the timer expired
+        router_.pending().take(random_);
+        router_.metrics().dial_failure("backend_dial_timeout");
+        backend_->send(make_close_dial(random_));
+        co_await reply_and_close(504, "Backend dial timeout: no answer from agent " + agent_id_);
+        co_return;
+      }
+    }
+    if (backend_lost_) {
+      co_await reply_and_close(502, "Backend context error: agent disconnected before answering");
+      co_return;
+    }
+    if (!dial_result_.error().empty()) {
+      KONN_CONN_LOG(log_, info, *this, "dial to {} failed: {}", address_, dial_result_.error());
+      co_await reply_and_close(status_for_agent_error(dial_result_.error()), dial_result_.error());
+      co_return;
+    }
+    connect_id_ = dial_result_.connectid();
+    established_ = true;
+    established_at_ = std::chrono::steady_clock::now();
+    router_.metrics().dial_duration.Observe(
+        std::chrono::duration<double>(established_at_ - started).count());
+    router_.metrics().established.Increment();
+    // Agent DATA may already be arriving (server-first protocols): it waits in out_ until the 200
+    // is written, so the two writes never interleave.
+    writing_ = true;
+    auto [wec, n] = co_await asio::async_write(
+        stream_, asio::buffer(kEstablished, sizeof(kEstablished) - 1), use_nothrow);
+    writing_ = false;
+    if (wec) {
+      close_tunnel("client went away before 200 was written", true);
+      co_return;
+    }
+    pump_writes();
+  }
+
+  void send_to_agent(std::string&& bytes) {
+    auto n = static_cast<int64_t>(bytes.size());
+    to_agent_queued_ += n;
+    if (flow_control_) credit_ -= n;
+    router_.metrics().bytes_to_agent.Increment(static_cast<double>(n));
+    bytes_from_client_ += static_cast<uint64_t>(n);
+    listener_.owner = this;
+    std::shared_ptr<core::tunnel::WriteListener> l(this->shared_from_this(), &listener_);
+    backend_->send(make_data(connect_id_, std::move(bytes)), std::move(l));
+  }
+
+  core::io::Awaitable<void> read_client() {
+    for (;;) {
+      // Backpressure: wait while the agent stream holds too much of ours or credit is gone.
+      while (!closed_ && (to_agent_queued_.load() > kToAgentHigh ||
+                          (flow_control_ && credit_.load() <= 0))) {
+        reader_paused_ = true;
+        router_.metrics().reads_paused_total.Add({{"reason", "queue_full"}}).Increment();
+        resume_.expires_at(std::chrono::steady_clock::time_point::max());
+        // Re-check after arming: a wake that raced the check is not lost.
+        if (to_agent_queued_.load() <= kToAgentHigh && (!flow_control_ || credit_.load() > 0)) break;
+        co_await resume_.async_wait(use_nothrow);
+      }
+      reader_paused_ = false;
+      if (closed_) co_return;
+      // On a plain socket, wait for readability before allocating, so an idle tunnel holds no
+      // buffer. Exception for TLS: OpenSSL may hold decrypted bytes the socket no longer shows,
+      // and a read returns at most one 16 KiB record anyway, so it reads directly.
+      std::error_code wec;
+      size_t want = kTlsRead;
+      if constexpr (!kTls) {
+        std::tie(wec) =
+            co_await lowest(stream_).async_wait(asio::socket_base::wait_read, use_nothrow);
+        want = core::tunnel::kReadChunk;
+      }
+      if (closed_) co_return;
+      std::string chunk(want, '\0');
+      auto [ec, n] = co_await stream_.async_read_some(asio::buffer(chunk), use_nothrow);
+      if (n > 0) {
+        if (n < core::tunnel::kSmallRead) {
+          chunk = std::string(chunk.data(), n);
+        } else {
+          chunk.resize(n);
+        }
+        send_to_agent(std::move(chunk));
+      }
+      if (ec || wec) {
+        client_eof();
+        co_return;
+      }
+    }
+  }
+
+  // The client finished sending. The protocol has no half-close towards upstream agents, so the
+  // agent is asked to close; bytes it already sent are still written before the socket closes.
+  void client_eof() {
+    if (closed_ || closing_) return;
+    closing_ = true;
+    backend_->send(make_close_request(connect_id_));
+    close_timer_ = std::make_unique<asio::steady_timer>(stream_.get_executor(), kCloseWait);
+    close_timer_->async_wait([self = this->shared_from_this()](std::error_code ec) {
+      if (!ec) self->close_tunnel("agent did not answer the close request", false);
+    });
+  }
+
+  void queue_to_client(Packet&& p) {
+    if (closed_ || !established_) return;
+    size_t n = p.data().data().size();
+    if (!flow_control_ && to_client_queued_ + n > router_.options().tunnel_queue_cap_bytes()) {
+      router_.metrics().tunnels_over_cap_total.Add({}).Increment();
+      KONN_CONN_LOG(log_, warn, *this,
+                    "closing tunnel: the client stopped reading and {} bytes wait; other tunnels "
+                    "are unaffected", to_client_queued_);
+      close_tunnel("client not reading: tunnel queue over its cap", true);
+      return;
+    }
+    to_client_queued_ += n;
+    bytes_to_client_ += n;
+    router_.metrics().bytes_to_client.Increment(static_cast<double>(n));
+    out_.push_back(std::move(p));
+    pump_writes();
+  }
+
+  void pump_writes() {
+    if (writing_ || out_.empty()) {
+      if (!writing_ && out_.empty() && flush_then_close_) finish_socket();
+      return;
+    }
+    writing_ = true;
+    const std::string& bytes = out_.front().data().data();
+    asio::async_write(stream_, asio::buffer(bytes),
+                      [self = this->shared_from_this()](std::error_code ec, size_t n) {
+                        self->writing_ = false;
+                        self->out_.pop_front();
+                        self->to_client_queued_ -= n;
+                        if (ec) {
+                          self->close_tunnel("write to client failed: " + ec.message(), true);
+                          return;
+                        }
+                        self->return_credit(n);
+                        self->pump_writes();
+                      });
+  }
+
+  void return_credit(size_t n) {
+    if (!flow_control_) return;
+    consumed_ += static_cast<int64_t>(n);
+    if (consumed_ >= core::tunnel::kWindowUpdateThreshold) {
+      backend_->send(make_window_update(connect_id_, consumed_));
+      consumed_ = 0;
+    }
+  }
+
+  // CLOSE_RSP (or the agent stream's end): write what is queued, then close.
+  void agent_closed(const std::string& reason) {
+    if (closed_) return;
+    closed_ = true;
+    close_reason_ = reason;
+    flush_then_close_ = true;
+    resume_.cancel();
+    pump_writes();
+  }
+
+  // Ends the tunnel now; with `notify_agent`, the agent is told to close its side.
+  void close_tunnel(const std::string& reason, bool notify_agent) {
+    if (closed_) return;
+    closed_ = true;
+    close_reason_ = reason;
+    if (established_ && backend_) {
+      backend_->forget_connection(connect_id_);
+      if (notify_agent && !closing_) backend_->send(make_close_request(connect_id_));
+    }
+    out_.clear();
+    resume_.cancel();
+    finish_socket();
+  }
+
+  void finish_socket() {
+    if (socket_done_) return;
+    socket_done_ = true;
+    if (close_timer_) close_timer_->cancel();
+    std::error_code ignored;
+    lowest(stream_).shutdown(asio::socket_base::shutdown_both, ignored);
+    lowest(stream_).close(ignored);
+    if (established_) {
+      router_.metrics().established.Decrement();
+      router_.metrics().connection_duration.Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - established_at_)
+              .count());
+    }
+    KONN_CONN_LOG(log_, debug, *this,
+                  "http-connect tunnel closed: {} address={} from_client={}B to_client={}B",
+                  close_reason_, address_, bytes_from_client_, bytes_to_client_);
+  }
+
+  Stream stream_;
+  Router& router_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::string peer_;
+  asio::steady_timer wake_;    // dial answer or timeout
+  asio::steady_timer resume_;  // reader backpressure
+  std::unique_ptr<asio::steady_timer> close_timer_;
+  ToAgentListener listener_;
+
+  std::string address_;
+  int64_t random_ = 0;
+  std::atomic<int64_t> connect_id_{0};
+  std::string agent_id_;
+  std::shared_ptr<Backend> backend_;
+  bool flow_control_ = false;
+  std::atomic<bool> dialing_{false};
+  bool dial_answered_ = false;
+  bool backend_lost_ = false;
+  DialResponse dial_result_;
+  bool established_ = false;
+  std::chrono::steady_clock::time_point established_at_;
+  std::atomic<int64_t> to_agent_queued_{0};
+  std::atomic<int64_t> credit_{0};
+  std::atomic<bool> reader_paused_{false};
+  std::deque<Packet> out_;
+  size_t to_client_queued_ = 0;
+  bool writing_ = false;
+  int64_t consumed_ = 0;
+  bool closing_ = false;  // CLOSE_REQ sent after the client's EOF
+  bool closed_ = false;
+  bool flush_then_close_ = false;
+  bool socket_done_ = false;
+  std::string close_reason_;
+  uint64_t bytes_from_client_ = 0;
+  uint64_t bytes_to_client_ = 0;
+};
+
+}  // namespace
+
+HttpConnectServer::HttpConnectServer(Router& router, core::io::WorkerPool& pool)
+    : router_(router), pool_(pool), accept_ctx_(pool.at(0)) {}
+
+HttpConnectServer::~HttpConnectServer() { stop(); }
+
+void HttpConnectServer::listen_unix(const std::string& path, bool delete_existing) {
+  unix_acceptor_ = std::make_unique<asio::local::stream_protocol::acceptor>(
+      core::net::listen_unix(accept_ctx_, path, delete_existing, 0770));
+  accept_unix();
+}
+
+void HttpConnectServer::listen_tls(const std::string& address, int port,
+                                   std::shared_ptr<asio::ssl::context> tls) {
+  tls_ = std::move(tls);
+  tcp_acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(
+      core::net::listen_tcp(accept_ctx_, address, static_cast<uint16_t>(port)));
+  port_ = tcp_acceptor_->local_endpoint().port();
+  accept_tcp();
+}
+
+void HttpConnectServer::stop() {
+  asio::post(accept_ctx_, [this] {
+    std::error_code ignored;
+    if (unix_acceptor_) unix_acceptor_->close(ignored);
+    if (tcp_acceptor_) tcp_acceptor_->close(ignored);
+  });
+}
+
+void HttpConnectServer::accept_unix() {
+  unix_acceptor_->async_accept(
+      pool_.next(), [this](std::error_code ec, asio::local::stream_protocol::socket s) {
+        if (ec == asio::error::operation_aborted || !unix_acceptor_->is_open()) return;
+        if (!ec) {
+          std::make_shared<ConnectSession<asio::local::stream_protocol::socket>>(
+              std::move(s), router_, "unix")
+              ->start();
+        }
+        accept_unix();
+      });
+}
+
+void HttpConnectServer::accept_tcp() {
+  tcp_acceptor_->async_accept(pool_.next(), [this](std::error_code ec, asio::ip::tcp::socket s) {
+    if (ec == asio::error::operation_aborted || !tcp_acceptor_->is_open()) return;
+    if (!ec) {
+      core::net::set_nodelay(s);
+      std::error_code pec;
+      auto ep = s.remote_endpoint(pec);
+      std::string peer = pec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+      std::make_shared<ConnectSession<asio::ssl::stream<asio::ip::tcp::socket>>>(
+          asio::ssl::stream<asio::ip::tcp::socket>(std::move(s), *tls_), router_, peer)
+          ->start();
+    }
+    accept_tcp();
+  });
+}
+
+}  // namespace konn::server

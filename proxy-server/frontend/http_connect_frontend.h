@@ -1,0 +1,55 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/ssl/context.hpp>
+
+#include "core/io/worker_pool.h"
+
+namespace konn::server {
+
+class Router;
+
+// The HTTP CONNECT frontend (`--mode=http-connect`): kube-apiserver's `HTTPConnect` egress over a
+// unix socket (plain HTTP/1.1) or TCP with mTLS. One CONNECT per connection; the request target
+// is the destination (the Host header, which kube-apiserver sets to 127.0.0.1, is ignored).
+//
+// Answers as upstream does, byte for byte on success: `HTTP/1.1 200 Connection Established` with
+// no header and nothing after it, sent only after the agent's successful DIAL_RSP. Failures are
+// plain-text 500 (no agent), 502 (dial refused, agent gone), 503 (agent out of files), 504 (dial
+// timeout), 405 (not CONNECT), 400 (malformed request or target), 431 (head too large), each
+// followed by closing the socket.
+//
+// Each connection lives on one worker io_context; packets from the agent stream are posted to it.
+// A slow CONNECT client never blocks the agent stream or other tunnels (same per-tunnel rules as
+// the gRPC frontend, docs/ARCHITECTURE.md).
+class HttpConnectServer {
+ public:
+  HttpConnectServer(Router& router, core::io::WorkerPool& pool);
+  ~HttpConnectServer();
+
+  // Listen on a unix socket (mode 0770).
+  void listen_unix(const std::string& path, bool delete_existing);
+  // Listen on TCP with TLS; `tls` requires client certificates when built with a client CA.
+  void listen_tls(const std::string& address, int port, std::shared_ptr<asio::ssl::context> tls);
+  int port() const { return port_; }
+  void stop();
+
+ private:
+  void accept_unix();
+  void accept_tcp();
+
+  Router& router_;
+  core::io::WorkerPool& pool_;
+  asio::io_context& accept_ctx_;
+  std::unique_ptr<asio::local::stream_protocol::acceptor> unix_acceptor_;
+  std::unique_ptr<asio::ip::tcp::acceptor> tcp_acceptor_;
+  std::shared_ptr<asio::ssl::context> tls_;
+  int port_ = 0;
+};
+
+}  // namespace konn::server
