@@ -204,8 +204,9 @@ bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& 
   auto d = env.options.rule_set.decide(q);
   if (!d.allow) {
     KONN_CONN_LOG(logger(), warn, info,
-                  "denied {} to {}{}{} port {} for client {} user {} by {} {:?}", command,
-                  host.empty() ? "" : host + " ", host.empty() ? "" : "=", unmap(dest).to_string(),
+                  "denied {} to {} port {} for client {} user {} by {} {:?}", command,
+                  host.empty() ? unmap(dest).to_string()
+                               : host + " (" + unmap(dest).to_string() + ")",
                   port, unmap(info.client.address()).to_string(), info.user,
                   d.rule_index < 0 ? std::string("policy") : "rule " + std::to_string(d.rule_index),
                   d.rule_text);

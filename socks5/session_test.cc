@@ -1,5 +1,7 @@
 #include "socks5/session.h"
 
+#include <poll.h>
+
 #include <future>
 #include <thread>
 
@@ -86,23 +88,31 @@ struct Client {
   tcp::socket s{ctx};
   explicit Client(tcp::endpoint ep) {
     s.connect(ep);
-    timeval tv{5, 0};
-    ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
   void send(const Bytes& b) { asio::write(s, asio::buffer(b)); }
+  // Reads exactly n bytes, or fewer on EOF/error or after 5 s without progress (poll: Asio's
+  // synchronous reads ignore SO_RCVTIMEO).
   Bytes recv(size_t n) {
     Bytes b(n);
-    std::error_code ec;
-    size_t got = asio::read(s, asio::buffer(b), ec);
+    size_t got = 0;
+    while (got < n) {
+      pollfd p{s.native_handle(), POLLIN, 0};
+      if (::poll(&p, 1, 5000) <= 0) break;
+      ssize_t r = ::recv(s.native_handle(), b.data() + got, n - got, 0);
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
     b.resize(got);
     return b;
   }
-  // True when the server closed the connection (EOF or reset) without sending anything more.
+  // True when the server closed the connection (EOF or reset) within 5 s without sending
+  // anything more.
   bool closed() {
+    pollfd p{s.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) return false;
     uint8_t c;
-    std::error_code ec;
-    size_t n = s.read_some(asio::buffer(&c, 1), ec);
-    return n == 0 && (ec == asio::error::eof || ec == asio::error::connection_reset);
+    ssize_t r = ::recv(s.native_handle(), &c, 1, 0);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
   }
 };
 
