@@ -183,6 +183,11 @@ TEST_CASE("e2e: garbage bytes on the unix socket and on the agent port", "[e2e][
     ::close(fd);
   }
   check_still_serving(s);
+  // The agent port still admits agents.
+  AgentSpec late;
+  late.id = "agent-late";
+  auto agent = start_agent(s.dir, s.certs, s.server.agent_port(), late);
+  CHECK(s.server.wait_agent_connected("agent-late", 10s));
 }
 
 TEST_CASE("e2e: malformed packets from a frontend", "[e2e][bad-input]") {

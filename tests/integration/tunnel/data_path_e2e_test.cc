@@ -57,6 +57,27 @@ TEST_CASE("e2e: fetch a page through the unix-socket frontend", "[e2e]") {
     body << in.rdbuf();
     CHECK(body.str() == "hello through the tunnel\n");
 
+    // --pipe: the request goes in on stdin; the origin closes after its answer (no half-close
+    // in the protocol), which ends the tunnel and the client.
+    {
+      std::ofstream req(s.dir.file("pipe.in"), std::ios::binary);
+      req << "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    }
+    ProcessOptions pipe;
+    pipe.binary = "proxy-test-client";
+    pipe.args = {"--proxy-uds=" + s.server.uds_path(), "--request-host=127.0.0.1",
+                 "--request-port=" + std::to_string(s.http.port()), "--pipe"};
+    pipe.stdin_path = s.dir.file("pipe.in");
+    pipe.stdout_path = s.dir.file("pipe.out");
+    auto piped = run_process(std::move(pipe), 20s);
+    INFO(piped.output);
+    CHECK(piped.exit_code == 0);
+    std::ifstream pin(s.dir.file("pipe.out"));
+    std::stringstream pipe_out;
+    pipe_out << pin.rdbuf();
+    CHECK(pipe_out.str().rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(pipe_out.str().find("\r\n\r\nhello through the tunnel\n") != std::string::npos);
+
     ProcessOptions missing;
     missing.binary = "proxy-test-client";
     missing.args = {"--proxy-uds=" + s.server.uds_path(), "--request-host=127.0.0.1",
