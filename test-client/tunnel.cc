@@ -235,15 +235,18 @@ std::string Tunnel::close(std::chrono::milliseconds timeout) {
   }
   cv_.notify_all();
 
+  // A failed CLOSE_REQ write usually means the server already finished the stream (after its
+  // own CLOSE_RSP, which the reader thread may not have processed yet): wait for the reader
+  // either way, so the outcome does not depend on which thread ran first.
+  bool sent = !send_close ||
+              write_packet(core::tunnel::make_close_request(connect_id_), deadline);
   std::string result;
-  if (send_close &&
-      !write_packet(core::tunnel::make_close_request(connect_id_), deadline)) {
-    std::lock_guard lock(mu_);
-    result = ended_ ? end_reason_ : "CLOSE_REQ not sent (stream blocked or broken)";
-  } else {
+  {
     std::unique_lock lock(mu_);
     if (cv_.wait_until(lock, deadline, [&] { return ended_; })) {
       result = end_reason_;
+    } else if (!sent) {
+      result = "CLOSE_REQ not sent (stream blocked or broken)";
     } else {
       result = "no CLOSE_RSP within " + ms_text(timeout);
     }
