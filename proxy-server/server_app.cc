@@ -73,7 +73,7 @@ void ServerApp::start() {
       KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
     } else {
       auto creds = core::tls::grpc_server_credentials(options_.server_cert, options_.server_key,
-                                                      options_.server_ca_cert);
+                                                      options_.server_ca_cert, reload_seconds());
       b.AddListeningPort(bind_spec(options_.server_bind_address, options_.server_port), creds,
                          &frontend_port_);
       frontend_server_ = b.BuildAndStart();
@@ -96,7 +96,7 @@ void ServerApp::start() {
     b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 30000);
     b.RegisterService(agent_service_.get());
     auto creds = core::tls::grpc_server_credentials(options_.cluster_cert, options_.cluster_key,
-                                                    options_.cluster_ca_cert);
+                                                    options_.cluster_ca_cert, reload_seconds());
     b.AddListeningPort(bind_spec(options_.agent_bind_address, options_.agent_port), creds,
                        &agent_port_);
     agent_server_ = b.BuildAndStart();
@@ -108,6 +108,11 @@ void ServerApp::start() {
              options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
              bind_spec(options_.agent_bind_address, agent_port_));
   }
+}
+
+unsigned ServerApp::reload_seconds() const {
+  return static_cast<unsigned>(
+      std::chrono::duration_cast<std::chrono::seconds>(options_.cert_reload_interval).count());
 }
 
 void ServerApp::start_http_connect() {
@@ -122,8 +127,8 @@ void ServerApp::start_http_connect() {
     tls.key_file = options_.server_key;
     tls.client_ca_file = options_.server_ca_cert;
     tls.alpn = {"http/1.1"};
-    http_connect_->listen_tls(options_.server_bind_address, options_.server_port,
-                              core::tls::make_server_context(tls));
+    http_connect_->listen_tls(options_.server_bind_address, options_.server_port, tls,
+                              options_.cert_reload_interval);
     frontend_port_ = http_connect_->port();
     KONN_LOG(log_, info, "frontend (http-connect, mTLS) listening on {}",
              bind_spec(options_.server_bind_address, frontend_port_));

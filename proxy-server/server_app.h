@@ -45,6 +45,7 @@ class ServerApp {
   void shutdown();
   void start_admin();
   void start_http_connect();
+  unsigned reload_seconds() const;
 
   const ServerOptions& options_;
   std::shared_ptr<spdlog::logger> log_;

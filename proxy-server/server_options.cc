@@ -48,6 +48,9 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("backend-dial-timeout", &backend_dial_timeout, "Bound on waiting for DIAL_RSP (0: none)");
   p.add("graceful-shutdown-timeout", &graceful_shutdown_timeout,
         "How long open tunnels may finish after SIGTERM (0: close at once)");
+  p.add("cert-reload-interval", &cert_reload_interval,
+        "Re-read certificates, keys and CA bundles this often; new handshakes use them and open "
+        "tunnels stay up (0: never)");
   p.add("http-connect-header-timeout", &http_connect_header_timeout,
         "How long an HTTP CONNECT client may take to send its request head");
   p.add("admin-port", &admin_port, "Admin HTTP port");
@@ -128,6 +131,10 @@ std::vector<std::string> ServerOptions::validate() const {
   if (backend_dial_timeout.count() < 0) errors.push_back("--backend-dial-timeout: negative");
   if (graceful_shutdown_timeout.count() < 0) {
     errors.push_back("--graceful-shutdown-timeout: negative");
+  }
+  if (cert_reload_interval.count() < 0 ||
+      (cert_reload_interval.count() > 0 && cert_reload_interval < std::chrono::seconds(1))) {
+    errors.push_back("--cert-reload-interval: must be 0 or at least 1s");
   }
   if (http_connect_header_timeout.count() <= 0) {
     errors.push_back("--http-connect-header-timeout: must be positive");

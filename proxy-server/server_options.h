@@ -59,6 +59,8 @@ struct ServerOptions {
   int xfr_channel_size = 10;
   Duration backend_dial_timeout{0};
   Duration graceful_shutdown_timeout{0};
+  // konn: how often certificate, key and CA files are re-read (0: never).
+  Duration cert_reload_interval = std::chrono::seconds(60);
   // konn: a CONNECT client must send its whole request head within this (slowloris bound).
   Duration http_connect_header_timeout = std::chrono::seconds(60);
 

@@ -7,8 +7,10 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
 #include <asio/ssl/context.hpp>
+#include <asio/steady_timer.hpp>
 
 #include "core/io/worker_pool.h"
+#include "core/tls/tls_context.h"
 
 namespace konn::server {
 
@@ -34,21 +36,30 @@ class HttpConnectServer {
 
   // Listen on a unix socket (mode 0770).
   void listen_unix(const std::string& path, bool delete_existing);
-  // Listen on TCP with TLS; `tls` requires client certificates when built with a client CA.
-  void listen_tls(const std::string& address, int port, std::shared_ptr<asio::ssl::context> tls);
+  // Listen on TCP with TLS (client certificates required when `tls` names a client CA). With
+  // `reload` > 0 the certificate, key and CA files are checked that often and, when one changed,
+  // new connections use a context built from the new files; open tunnels are untouched.
+  void listen_tls(const std::string& address, int port, core::tls::ServerTlsConfig tls,
+                  std::chrono::nanoseconds reload);
   int port() const { return port_; }
   void stop();
 
  private:
   void accept_unix();
   void accept_tcp();
+  void watch_tls_files();
+  std::string tls_files_stamp() const;
 
   Router& router_;
   core::io::WorkerPool& pool_;
   asio::io_context& accept_ctx_;
   std::unique_ptr<asio::local::stream_protocol::acceptor> unix_acceptor_;
   std::unique_ptr<asio::ip::tcp::acceptor> tcp_acceptor_;
-  std::shared_ptr<asio::ssl::context> tls_;
+  std::shared_ptr<asio::ssl::context> tls_;  // used and replaced on accept_ctx_ only
+  core::tls::ServerTlsConfig tls_config_;
+  std::string tls_stamp_;
+  std::chrono::nanoseconds tls_reload_{0};
+  std::unique_ptr<asio::steady_timer> tls_timer_;
   int port_ = 0;
 };
 
