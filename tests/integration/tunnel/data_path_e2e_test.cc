@@ -98,6 +98,26 @@ TEST_CASE("e2e: fetch a page through the TCP+mTLS frontend", "[e2e]") {
   CHECK(r.body == "hello through the tunnel\n");
   CHECK(d.tunnel->close(5s) == "");
 
+  SECTION("and with the proxy-test-client binary") {
+    ProcessOptions o;
+    o.binary = "proxy-test-client";
+    o.args = {"--proxy-host=127.0.0.1",
+              "--proxy-port=" + std::to_string(s.server.frontend_port()),
+              "--ca-cert=" + s.certs.ca_crt,
+              "--client-cert=" + s.certs.client_crt,
+              "--client-key=" + s.certs.client_key,
+              "--request-host=127.0.0.1",
+              "--request-port=" + std::to_string(s.http.port()),
+              "--request-path=/hello"};
+    o.stdout_path = s.dir.file("client.out");
+    auto res = run_process(std::move(o), 20s);
+    INFO(res.output);
+    CHECK(res.exit_code == 0);
+    std::ifstream in(s.dir.file("client.out"));
+    std::stringstream body;
+    body << in.rdbuf();
+    CHECK(body.str() == "hello through the tunnel\n");
+  }
   SECTION("a client without a certificate is refused") {
     konn::testclient::ChannelConfig c;
     c.host = "127.0.0.1";
