@@ -290,3 +290,27 @@ TEST_CASE("per-client session limit closes the extra connection", "[session]") {
   third.send({0x05, 0x01, 0x00});
   CHECK(third.recv(2) == Bytes{0x05, 0x00});
 }
+
+TEST_CASE("buffered relay (--splice=false) carries data and the half-close", "[session]") {
+  EchoServer echo;
+  auto o = defaults();
+  o.splice = false;
+  o.buffer_size = 4096;
+  TestServer server(o);
+  Client c(server.endpoint());
+  Bytes all{0x05, 0x01, 0x00};
+  auto req = connect_ipv4(echo.port());
+  all.insert(all.end(), req.begin(), req.end());
+  c.send(all);
+  CHECK(c.recv(2) == Bytes{0x05, 0x00});
+  REQUIRE(c.recv(10)[1] == 0x00);
+  Bytes big(200000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 7);
+  std::thread writer([&] {
+    c.send(big);
+    c.s.shutdown(tcp::socket::shutdown_send);
+  });
+  CHECK(c.recv(big.size()) == big);
+  writer.join();
+  CHECK(c.closed());  // the echo server's EOF came back through the relay
+}

@@ -4,6 +4,7 @@
 #include <asio/detached.hpp>
 #include <asio/steady_timer.hpp>
 
+#include "core/error/check.h"
 #include "core/io/shutdown.h"
 #include "core/log/log_macros.h"
 #include "core/net/listener.h"
@@ -47,10 +48,14 @@ Socks5App::~Socks5App() {
 }
 
 core::net::Resolver& Socks5App::resolver_for(const asio::any_io_executor& ex) {
+  auto* owner = &asio::query(ex, asio::execution::context);
   for (auto& [ctx, r] : resolvers_) {
-    if (ex == ctx->get_executor()) return *r;
+    if (static_cast<asio::execution_context*>(ctx) == owner) return *r;
   }
-  return *resolvers_.front().second;  // unreachable: every socket lives on a pool context
+  // Every accepted socket lives on a pool context; a resolver is single-threaded, so anything
+  // else would be a bug, not a fallback.
+  KONN_CHECK(false, "session executor is not a worker context");
+  return *resolvers_.front().second;
 }
 
 core::io::Awaitable<void> Socks5App::accept_loop() {

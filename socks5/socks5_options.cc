@@ -29,6 +29,8 @@ void Socks5Options::register_flags(core::config::FlagParser& p) {
   p.add("enable-bind", &enable_bind, "Accept the BIND command");
   p.add("enable-udp", &enable_udp, "Accept the UDP ASSOCIATE command");
   p.add("splice", &splice, "Relay plain TCP with splice(2) (zero-copy)");
+  p.add("splice-pipe-bytes", &splice_pipe_bytes,
+        "Pipe capacity per direction for the splice relay (kernel memory while data is in flight)");
   p.add("buffer-size", &buffer_size, "Bytes per direction for the buffered relay");
   p.add("workers", &workers, "I/O threads (0 = one per core)");
   p.add("graceful-shutdown-timeout", &graceful_shutdown_timeout,
@@ -55,6 +57,9 @@ std::vector<std::string> Socks5Options::validate() {
   if (buffer_size < 512 || buffer_size > 16 * 1024 * 1024) {
     errors.push_back("--buffer-size: must be 512..16777216");
   }
+  if (splice_pipe_bytes < 4096 || splice_pipe_bytes > 1024 * 1024) {
+    errors.push_back("--splice-pipe-bytes: must be 4096..1048576");
+  }
   if (workers < 0) errors.push_back("--workers: must be >= 0");
   std::vector<Rule> parsed;
   for (const auto& text : rules) {
@@ -75,12 +80,12 @@ void Socks5Options::print(spdlog::logger& log) const {
       "options: bind-address={:?} port={} users-file={:?} rules={} default-policy={} "
       "handshake-timeout={} connect-timeout={} idle-timeout={} max-sessions={} "
       "max-sessions-per-client={} dns-servers={} enable-bind={} enable-udp={} splice={} "
-      "buffer-size={} workers={} graceful-shutdown-timeout={}",
+      "splice-pipe-bytes={} buffer-size={} workers={} graceful-shutdown-timeout={}",
       bind_address, port, users_file, rules.size(), default_policy,
       format_go_duration(handshake_timeout), format_go_duration(connect_timeout),
       format_go_duration(idle_timeout), max_sessions, max_sessions_per_client,
       dns_servers.empty() ? std::string("system") : fmt::format("{}", fmt::join(dns_servers, ",")),
-      enable_bind, enable_udp, splice, buffer_size, workers,
+      enable_bind, enable_udp, splice, splice_pipe_bytes, buffer_size, workers,
       format_go_duration(graceful_shutdown_timeout));
   for (size_t i = 0; i < rules.size(); ++i) log.info("rule {}: {}", i, rules[i]);
 }

@@ -65,7 +65,8 @@ core::io::Awaitable<void> relay_tcp(tcp::socket& client, tcp::socket& upstream,
   auto run = [&]() -> core::io::Awaitable<core::relay::RelayStats> {
     core::relay::RelayStats stats;
     if (options.splice) {
-      stats = co_await splice_relay(client, upstream, activity);
+      stats = co_await splice_relay(client, upstream, activity,
+                                    static_cast<size_t>(options.splice_pipe_bytes));
     } else {
       ActiveSocket a(client, activity);
       ActiveSocket b(upstream, activity);
