@@ -32,6 +32,51 @@ void AgentApp::start() {
   pool_.start();
   control_thread_ = std::thread([this] { control_.run(); });
   servers_->start();
+  start_listeners();
+}
+
+void AgentApp::start_listeners() {
+  auto metrics = [this](const std::string&) {
+    return core::admin::Response{200, "text/plain; version=0.0.4; charset=utf-8",
+                                 metrics_.serialize(), {}};
+  };
+  auto ok = [](const std::string&) { return core::admin::Response{200, "text/plain", "ok", {}}; };
+  auto ready = [this](const std::string& query) {
+    std::vector<core::admin::Check> checks{
+        {"ping", [] { return std::optional<std::string>(); }},
+        {"server-connected",
+         [this]() -> std::optional<std::string> {
+           if (servers_->connected() > 0) return std::nullopt;
+           return "no servers connected";
+         }},
+    };
+    return core::admin::readiness(checks, query.find("verbose") != std::string::npos);
+  };
+  try {
+    health_ = std::make_unique<core::admin::AdminServer>(
+        "health", options_.health_server_host, static_cast<uint16_t>(options_.health_server_port));
+    health_->route("/healthz", ok);
+    health_->route("/readyz", ready);
+    health_->route("/ready", ready);
+    health_->route("/metrics", metrics);
+    health_->start();
+    KONN_LOG((&logger()), info, "health listener on {}:{}", options_.health_server_host,
+             health_->port());
+  } catch (const std::exception& e) {
+    KONN_LOG((&logger()), err, "health listener not started: {}", e.what());
+    health_.reset();
+  }
+  try {
+    admin_ = std::make_unique<core::admin::AdminServer>(
+        "admin", options_.admin_bind_address, static_cast<uint16_t>(options_.admin_server_port));
+    admin_->route("/metrics", metrics);
+    admin_->start();
+    KONN_LOG((&logger()), info, "admin listener on {}:{}", options_.admin_bind_address,
+             admin_->port());
+  } catch (const std::exception& e) {
+    KONN_LOG((&logger()), err, "admin listener not started: {}", e.what());
+    admin_.reset();
+  }
 }
 
 void AgentApp::drain() {
@@ -69,6 +114,8 @@ void AgentApp::stop(bool graceful) {
     if (!done && graceful) done = servers_->stop(true, kAbortStopWait);
     if (!done) KONN_LOG((&logger()), warn, "some server streams did not finish in time");
   }
+  if (health_) health_->stop();
+  if (admin_) admin_->stop();
   guard_.reset();
   control_.stop();
   if (control_thread_.joinable()) control_thread_.join();

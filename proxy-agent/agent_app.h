@@ -9,7 +9,9 @@
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 
+#include "core/admin/admin_server.h"
 #include "core/io/worker_pool.h"
+#include "proxy-agent/agent_metrics.h"
 #include "proxy-agent/agent_options.h"
 #include "proxy-agent/agent_stats.h"
 #include "proxy-agent/server_set.h"
@@ -41,8 +43,15 @@ class AgentApp {
 
   ServerSet& servers() { return *servers_; }
   const AgentStats& stats() const { return *stats_; }
+  // Bound ports of the health (/healthz /readyz /metrics) and admin (/metrics) listeners; 0 when
+  // a listener could not start.
+  uint16_t health_port() const { return health_ ? health_->port() : 0; }
+  uint16_t admin_port() const { return admin_ ? admin_->port() : 0; }
 
  private:
+  // Health and admin listeners. A port already in use is logged, not fatal: the tunnel matters
+  // more than its probes.
+  void start_listeners();
   void finish(int exit_code);
   core::io::Awaitable<void> watch_drain();
 
@@ -53,6 +62,9 @@ class AgentApp {
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::thread control_thread_;
   std::shared_ptr<ServerSet> servers_;
+  AgentMetrics metrics_{stats_};
+  std::unique_ptr<core::admin::AdminServer> health_;
+  std::unique_ptr<core::admin::AdminServer> admin_;
   bool started_ = false;
   bool stopped_ = false;
 

@@ -156,10 +156,11 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("server-count-source", &server_count_source, "Accepted for compatibility; not used yet");
   p.add("kubeconfig", &kubeconfig, "Accepted for compatibility; not used yet");
   p.add("kube-api-content-type", &kube_api_content_type, "Accepted for compatibility");
-  p.add("health-server-host", &health_server_host, "Accepted for compatibility; not used yet");
-  p.add("health-server-port", &health_server_port, "Accepted for compatibility; not used yet");
-  p.add("admin-bind-address", &admin_bind_address, "Accepted for compatibility; not used yet");
-  p.add("admin-server-port", &admin_server_port, "Accepted for compatibility; not used yet");
+  p.add("health-server-host", &health_server_host,
+        "Bind address of /healthz, /readyz and /metrics (empty: all interfaces)");
+  p.add("health-server-port", &health_server_port, "Port of the health listener (0: any)");
+  p.add("admin-bind-address", &admin_bind_address, "Bind address of the admin /metrics listener");
+  p.add("admin-server-port", &admin_server_port, "Port of the admin listener (0: any)");
   p.add("enable-profiling", &enable_profiling, "Accepted for compatibility");
   p.add("enable-contention-profiling", &enable_contention_profiling,
         "Accepted for compatibility");

@@ -42,7 +42,13 @@ struct AgentOptions {
   int xfr_channel_size = 150;
   Duration dial_timeout = std::chrono::seconds(5);
 
-  // Accepted for compatibility; not acted on yet (no lease counting, no admin/health listener).
+  // Health (/healthz /readyz /metrics) and admin (/metrics) listeners.
+  std::string health_server_host;
+  int health_server_port = 8093;
+  std::string admin_bind_address = "127.0.0.1";
+  int admin_server_port = 8094;
+
+  // Accepted for compatibility; not acted on yet (no lease counting, no profiling).
   bool warn_on_channel_limit = false;
   bool count_server_leases = false;
   std::string lease_namespace = "kube-system";
@@ -50,10 +56,6 @@ struct AgentOptions {
   std::string server_count_source = "default";
   std::string kubeconfig;
   std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
-  std::string health_server_host;
-  int health_server_port = 8093;
-  std::string admin_bind_address = "127.0.0.1";
-  int admin_server_port = 8094;
   bool enable_profiling = false;
   bool enable_contention_profiling = false;
 

@@ -15,6 +15,7 @@ struct AgentStats {
   std::atomic<uint64_t> dials_cancelled{0};         // DIAL_CLS that stopped a dial
   std::atomic<int64_t> open_endpoint_connections{0};
   std::atomic<int64_t> open_server_connections{0};  // accepted streams
+  std::atomic<int64_t> known_server_count{0};       // the last servercount taken
   std::atomic<uint64_t> server_connect_failures{0};
   std::atomic<uint64_t> duplicate_servers{0};
   std::atomic<uint64_t> read_pauses{0};             // an endpoint socket stopped being read

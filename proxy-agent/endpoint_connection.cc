@@ -153,7 +153,6 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
     } else {
       stats_->dial_failures.fetch_add(1, std::memory_order_relaxed);
     }
-    KONN_CONN_LOG((&logger()), info, *this, "dial failed: {}", result.error_text);
     stream_->send(tunnel::make_dial_response(dial_id_, 0, result.error_text));
     close_reason_ = "dial failed: " + result.error_text;
     finish_close();

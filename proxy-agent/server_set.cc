@@ -174,14 +174,13 @@ core::io::Awaitable<void> ServerSet::probe_loop() {
   }
 }
 
-core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
+std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config) {
   const std::string& host = options_.proxy_server_hosts[next_host_++ %
                                                         options_.proxy_server_hosts.size()];
-  StreamConfig config;
-  config.target = join_host_port(host, options_.proxy_server_port);
-  config.agent_id = options_.agent_id;
-  config.agent_identifiers = options_.agent_identifiers;
-  config.endpoint.dial_timeout =
+  config->target = join_host_port(host, options_.proxy_server_port);
+  config->agent_id = options_.agent_id;
+  config->agent_identifiers = options_.agent_identifiers;
+  config->endpoint.dial_timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.dial_timeout);
 
   // Read at every connect, so a rotated token is picked up.
@@ -192,23 +191,21 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     if (!in) {
       KONN_LOG((&logger()), warn, "cannot read --service-account-token-path {}",
                options_.service_account_token_path);
-      stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
-      co_return Outcome::Failed;
+      return nullptr;
     }
-    config.token = ss.str();
+    config->token = ss.str();
     // gRPC C++ aborts the process on a header value outside printable ASCII, so unlike
     // upstream (raw contents) a trailing newline is trimmed and anything else refused.
-    while (!config.token.empty() && std::isspace(static_cast<unsigned char>(config.token.back()))) {
-      config.token.pop_back();
+    while (!config->token.empty() &&
+           std::isspace(static_cast<unsigned char>(config->token.back())) != 0) {
+      config->token.pop_back();
     }
-    bool printable = std::all_of(config.token.begin(), config.token.end(), [](char c) {
-      return c >= 0x20 && c <= 0x7e;
-    });
+    bool printable = std::all_of(config->token.begin(), config->token.end(),
+                                 [](char c) { return c >= 0x20 && c <= 0x7e; });
     if (!printable) {
       KONN_LOG((&logger()), warn, "token in {} has characters a header cannot carry",
                options_.service_account_token_path);
-      stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
-      co_return Outcome::Failed;
+      return nullptr;
     }
   }
 
@@ -218,21 +215,28 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
                                                 options_.agent_key);
   } catch (const std::exception& e) {
     KONN_LOG((&logger()), warn, "TLS credentials: {}", e.what());
-    stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
-    co_return Outcome::Failed;
+    return nullptr;
   }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // every attempt: a new TCP connection
   auto keepalive = std::max<std::chrono::milliseconds>(
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.keepalive_time),
       kMinKeepalive);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(std::min<int64_t>(
-                                              keepalive.count(), INT32_MAX)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(std::min<int64_t>(keepalive.count(), INT32_MAX)));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
-  auto channel = grpc::CreateCustomChannel(config.target, creds, args);
+  return grpc::CreateCustomChannel(config->target, creds, args);
+}
 
+core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
+  StreamConfig config;
+  auto channel = prepare_attempt(&config);
+  if (!channel) {
+    stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
+    co_return Outcome::Failed;
+  }
   auto attempt = std::make_shared<Attempt>(ctx_);
   // The callbacks run on gRPC threads and may outlive this attempt: they hold weak references
   // only, so nothing with an Asio timer is ever destroyed there.
@@ -248,12 +252,16 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
                            const std::string& why) {
         if (auto set = weak.lock()) set->on_end(std::move(r), failed, why, weak_attempt);
       });
+  bool stopping = false;
   {
     std::lock_guard lock(mu_);
-    if (stopping_) co_return Outcome::Failed;
-    ++live_;
-    pending_ = reactor;
+    stopping = stopping_;
+    if (!stopping) {
+      ++live_;
+      pending_ = reactor;
+    }
   }
+  if (stopping) co_return Outcome::Failed;
   reactor->start();
   attempt->timer.expires_after(kHandshakeTimeout);
   co_await attempt->timer.async_wait(use_nothrow);
@@ -303,6 +311,8 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
     }
   }
   if (outcome == Outcome::Connected) {
+    stats_->known_server_count.store(std::max<int64_t>(1, h.server_count),
+                                     std::memory_order_relaxed);
     stats_->open_server_connections.fetch_add(1, std::memory_order_relaxed);
   } else {
     stats_->duplicate_servers.fetch_add(1, std::memory_order_relaxed);

@@ -61,6 +61,8 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   core::io::Awaitable<void> connect_loop();
   core::io::Awaitable<void> probe_loop();
   core::io::Awaitable<Outcome> connect_once();
+  // Builds the next attempt's config (host round-robin, token) and channel; null on failure.
+  std::shared_ptr<grpc::Channel> prepare_attempt(StreamConfig* config);
   bool want_more() const;
   // Called from the reactor's callbacks (gRPC threads).
   bool on_handshake(const std::shared_ptr<ServerStreamReactor>& s, const Handshake& h,

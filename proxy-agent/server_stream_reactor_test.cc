@@ -320,7 +320,28 @@ AgentOptions agent_options(int port) {
   o.sync_interval_cap = milliseconds(300);
   o.probe_interval = milliseconds(100);
   o.dial_timeout = seconds(5);
+  o.health_server_host = "127.0.0.1";
+  o.health_server_port = 0;
+  o.admin_server_port = 0;
   return o;
+}
+
+// One HTTP/1.0 GET on loopback; returns the whole response (status line, headers, body).
+std::string http_get(uint16_t port, const std::string& path) {
+  asio::io_context ctx;
+  asio::ip::tcp::socket s(ctx);
+  s.connect({asio::ip::make_address("127.0.0.1"), port});
+  std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  asio::write(s, asio::buffer(req));
+  std::string out;
+  std::error_code ec;
+  char buf[4096];
+  while (true) {
+    size_t n = s.read_some(asio::buffer(buf), ec);
+    if (ec) break;
+    out.append(buf, n);
+  }
+  return out;
 }
 
 Packet dial(const std::string& address, int64_t random, const std::string& protocol = "tcp") {
@@ -646,4 +667,36 @@ TEST_CASE("drain sends DRAIN and finishes once tunnels are gone", "[agent][set]"
   REQUIRE(eventually([&] { return app.servers().endpoint_connections() == 0; }));
   app.stop(true);
   CHECK(s->wait_ended());  // graceful: the agent half-closed and the server finished
+}
+
+TEST_CASE("readiness follows the server connection; metrics keep upstream names", "[agent][admin]") {
+  auto server = std::make_unique<FakeProxyServer>(FakeProxyServer::Config{});
+  Endpoint echo;
+  AgentApp app(agent_options(server->port()));
+  app.start();
+  REQUIRE(app.health_port() != 0);
+  REQUIRE(app.admin_port() != 0);
+  CHECK(http_get(app.health_port(), "/healthz").find("200") != std::string::npos);
+  auto s = server->session(0);
+  REQUIRE(s);
+  REQUIRE(eventually([&] { return app.servers().connected() == 1; }));
+  auto ready = http_get(app.health_port(), "/readyz");
+  CHECK(ready.rfind("HTTP/1.1 200", 0) == 0);
+  int64_t c = dial_ok(*s, echo.address(), 4);
+  REQUIRE(s->write(tunnel::make_data(c, "ping")));
+  CHECK(s->take_data(c, 4) == "ping");
+  auto metrics = http_get(app.admin_port(), "/metrics");
+  CHECK(metrics.find("konnectivity_network_proxy_agent_open_server_connections 1") !=
+        std::string::npos);
+  CHECK(metrics.find("konnectivity_network_proxy_agent_open_endpoint_connections 1") !=
+        std::string::npos);
+  CHECK(metrics.find("konnectivity_network_proxy_agent_known_server_count 1") != std::string::npos);
+  CHECK(metrics.find("konn_agent_bytes_total{direction=\"to_endpoint\"} 4") != std::string::npos);
+
+  server->shutdown();
+  REQUIRE(eventually([&] { return app.servers().connected() == 0; }));
+  auto not_ready = http_get(app.health_port(), "/readyz");
+  CHECK(not_ready.rfind("HTTP/1.1 503", 0) == 0);
+  CHECK(not_ready.find("[-]server-connected failed: no servers connected") != std::string::npos);
+  app.stop();
 }

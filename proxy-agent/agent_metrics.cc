@@ -1,0 +1,89 @@
+#include "proxy-agent/agent_metrics.h"
+
+#include <prometheus/family.h>
+
+namespace konn::agent {
+namespace {
+
+constexpr char kPrefix[] = "konnectivity_network_proxy_agent_";
+
+}  // namespace
+
+AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std::move(stats)) {
+  auto& r = registry_.prometheus();
+  auto gauge = [&](const std::string& name, const std::string& help,
+                   const std::atomic<int64_t>& source) {
+    auto& family = prometheus::BuildGauge().Name(name).Help(help).Register(r);
+    gauges_.push_back({&source, &family.Add({})});
+  };
+  auto counter = [&](prometheus::Family<prometheus::Counter>& family,
+                     const std::map<std::string, std::string>& labels,
+                     const std::atomic<uint64_t>& source) {
+    counters_.push_back({&source, &family.Add(labels), 0});
+  };
+  const AgentStats& s = *stats_;
+  gauge(std::string(kPrefix) + "open_server_connections",
+        "Current number of open connections to proxy-servers", s.open_server_connections);
+  gauge(std::string(kPrefix) + "known_server_count",
+        "Number of proxy-servers the agent should connect to (last servercount)",
+        s.known_server_count);
+  gauge(std::string(kPrefix) + "open_endpoint_connections",
+        "Current number of open endpoint connections", s.open_endpoint_connections);
+
+  auto& dial_failures = prometheus::BuildCounter()
+                            .Name(std::string(kPrefix) + "endpoint_dial_failure_total")
+                            .Help("Endpoint dial failures by reason")
+                            .Register(r);
+  counter(dial_failures, {{"reason", "timeout"}}, s.dial_timeouts);
+  counter(dial_failures, {{"reason", "unknown"}}, s.dial_failures);
+  auto& server_failures = prometheus::BuildCounter()
+                              .Name(std::string(kPrefix) + "server_connection_failure_count")
+                              .Help("Failed attempts to connect to a proxy-server (deprecated)")
+                              .Register(r);
+  counter(server_failures, {{"direction", "to_server"}}, s.server_connect_failures);
+  auto& packets = prometheus::BuildCounter()
+                      .Name(std::string(kPrefix) + "stream_packets_total")
+                      .Help("Packets received from proxy-servers")
+                      .Register(r);
+  counter(packets, {{"segment", "to_agent"}}, s.packets_received);
+
+  auto own = [&](const std::string& name, const std::string& help,
+                 const std::map<std::string, std::string>& labels,
+                 const std::atomic<uint64_t>& source) {
+    auto& family = prometheus::BuildCounter().Name("konn_agent_" + name).Help(help).Register(r);
+    counter(family, labels, source);
+  };
+  own("dials_total", "DIAL_REQ handled", {}, s.dials);
+  own("dials_cancelled_total", "Dials stopped by DIAL_CLS or a lost stream", {}, s.dials_cancelled);
+  own("duplicate_servers_total", "Streams dropped because the server was already connected", {},
+      s.duplicate_servers);
+  own("endpoint_queue_overflow_total",
+      "Endpoint connections closed alone because their write queue passed its cap", {},
+      s.queue_overflow_closes);
+  own("read_pauses_total", "Times an endpoint socket stopped being read (queue or credit)", {},
+      s.read_pauses);
+  own("window_updates_sent_total", "KONN_WINDOW_UPDATE packets sent", {}, s.window_updates_sent);
+  own("unknown_connect_ids_total", "DATA or CLOSE_REQ for a connection the agent does not have",
+      {}, s.unknown_connect_ids);
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("konn_agent_bytes_total")
+                    .Help("Bytes relayed, by direction")
+                    .Register(r);
+  counter(bytes, {{"direction", "to_endpoint"}}, s.bytes_to_endpoints);
+  counter(bytes, {{"direction", "from_endpoint"}}, s.bytes_from_endpoints);
+}
+
+std::string AgentMetrics::serialize() {
+  std::lock_guard lock(mu_);
+  for (auto& g : gauges_) {
+    g.target->Set(static_cast<double>(g.source->load(std::memory_order_relaxed)));
+  }
+  for (auto& c : counters_) {
+    uint64_t now = c.source->load(std::memory_order_relaxed);
+    if (now > c.seen) c.target->Increment(static_cast<double>(now - c.seen));
+    c.seen = now;
+  }
+  return registry_.serialize();
+}
+
+}  // namespace konn::agent

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+
+#include "core/metrics/metrics.h"
+#include "proxy-agent/agent_stats.h"
+
+namespace konn::agent {
+
+// The agent's /metrics: AgentStats under upstream ANP's agent metric names
+// (konnectivity_network_proxy_agent_*), plus konn's own flow-control counters (konn_agent_*).
+// The data plane only bumps AgentStats atomics; serialize() copies them into the Prometheus
+// registry at scrape time. Thread-safe (one lock, held during a scrape).
+class AgentMetrics {
+ public:
+  explicit AgentMetrics(std::shared_ptr<const AgentStats> stats);
+  AgentMetrics(const AgentMetrics&) = delete;
+  AgentMetrics& operator=(const AgentMetrics&) = delete;
+
+  // Prometheus text exposition of every agent metric and the process_* basics.
+  std::string serialize();
+
+ private:
+  struct CounterLink {
+    const std::atomic<uint64_t>* source;
+    prometheus::Counter* target;
+    uint64_t seen = 0;
+  };
+  struct GaugeLink {
+    const std::atomic<int64_t>* source;
+    prometheus::Gauge* target;
+  };
+
+  std::shared_ptr<const AgentStats> stats_;
+  std::mutex mu_;
+  core::metrics::Registry registry_;
+  std::vector<CounterLink> counters_;
+  std::vector<GaugeLink> gauges_;
+};
+
+}  // namespace konn::agent
