@@ -212,7 +212,11 @@ core::io::Awaitable<void> EndpointConnection::read_loop() {
       close("read error: " + ec.message(), CloseFlags::SendCloseResponse, ec.message());
       break;
     }
-    buf.resize(n);
+    if (n < tunnel::kSmallRead && buf.size() >= tunnel::kSmallRead) {
+      buf = std::string(buf.data(), n);  // do not hold a whole chunk for a few bytes
+    } else {
+      buf.resize(n);
+    }
     bytes_up_ += n;
     in_stream_ += static_cast<int64_t>(n);
     if (settings_.flow_control) credit_ -= static_cast<int64_t>(n);

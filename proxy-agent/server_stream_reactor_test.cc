@@ -246,6 +246,10 @@ class FakeProxyServer final : public AgentService::Service {
 // until EOF). Counts accepted and finished connections.
 class Endpoint {
  public:
+  // A destination that accepts and never reads: its socket buffers fill, then the agent's queue.
+  struct NeverReads {};
+
+  explicit Endpoint(NeverReads) : Endpoint() { never_read_ = true; }
   explicit Endpoint(size_t send_bytes = 0, bool close_after_send = false)
       : send_bytes_(send_bytes),
         close_after_send_(close_after_send),
@@ -279,6 +283,11 @@ class Endpoint {
     }
   }
   konn::core::io::Awaitable<void> serve(asio::ip::tcp::socket sock) {
+    if (never_read_) {
+      asio::steady_timer forever(ctx_, asio::steady_timer::time_point::max());
+      co_await forever.async_wait(konn::core::io::use_nothrow);
+      co_return;
+    }
     if (send_bytes_ > 0) {
       std::string data = payload(send_bytes_);
       co_await asio::async_write(sock, asio::buffer(data), konn::core::io::use_nothrow);
@@ -302,6 +311,7 @@ class Endpoint {
 
   size_t send_bytes_;
   bool close_after_send_;
+  bool never_read_ = false;
   asio::io_context ctx_{1};
   asio::ip::tcp::acceptor acceptor_;
   std::thread thread_;
@@ -698,5 +708,42 @@ TEST_CASE("readiness follows the server connection; metrics keep upstream names"
   auto not_ready = http_get(app.health_port(), "/readyz");
   CHECK(not_ready.rfind("HTTP/1.1 503", 0) == 0);
   CHECK(not_ready.find("[-]server-connected failed: no servers connected") != std::string::npos);
+  app.stop();
+}
+
+TEST_CASE("without flow control a stuck endpoint is closed alone at its cap", "[agent][stream]") {
+  FakeProxyServer server({});  // no konn-flow-control: an upstream-like server
+  Endpoint stuck{Endpoint::NeverReads{}};
+  Endpoint echo;
+  AgentApp app(agent_options(server.port()));
+  app.start();
+  auto s = server.session(0);
+  REQUIRE(s);
+  int64_t slow = dial_ok(*s, stuck.address(), 21);
+  int64_t fast = dial_ok(*s, echo.address(), 22);
+  // Far more than the 16 MiB cap plus what loopback socket buffers absorb.
+  std::string chunk(1024 * 1024, 'z');
+  std::optional<Packet> rsp;
+  for (int i = 0; i < 96 && !rsp; ++i) {
+    REQUIRE(s->write(tunnel::make_data(slow, std::string(chunk))));
+    // The other tunnel on the same stream keeps flowing meanwhile.
+    if (i % 16 == 0) {
+      REQUIRE(s->write(tunnel::make_data(fast, "tick")));
+      CHECK(s->take_data(fast, 4) == "tick");
+    }
+    rsp = s->take([slow](const Packet& p) {
+      return p.type() == CLOSE_RSP && p.closeresponse().connectid() == slow;
+    }, milliseconds(0));
+  }
+  if (!rsp) {
+    rsp = s->take([slow](const Packet& p) {
+      return p.type() == CLOSE_RSP && p.closeresponse().connectid() == slow;
+    });
+  }
+  REQUIRE(rsp);
+  CHECK(rsp->closeresponse().error().find("write queue") != std::string::npos);
+  CHECK(app.stats().queue_overflow_closes == 1);
+  REQUIRE(s->write(tunnel::make_data(fast, "still flowing")));
+  CHECK(s->take_data(fast, 13) == "still flowing");
   app.stop();
 }
