@@ -2,12 +2,12 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/ip/v6_only.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "core/error/check.h"
 #include "core/io/shutdown.h"
 #include "core/log/log_macros.h"
-#include "core/net/listener.h"
 
 namespace konn::socks5 {
 
@@ -23,8 +23,6 @@ const std::shared_ptr<spdlog::logger>& logger() {
 Socks5App::Socks5App(const Socks5Options& options)
     : options_(options),
       registry_(options.max_sessions, options.max_sessions_per_client),
-      acceptor_(core::net::listen_tcp(main_, options.bind_address == "::" ? "" : options.bind_address,
-                                      static_cast<uint16_t>(options.port))),
       pool_(static_cast<unsigned>(options.workers)),
       drain_timer_(main_) {
   if (!options_.users_file.empty()) {
@@ -39,6 +37,37 @@ Socks5App::Socks5App(const Socks5Options& options)
     resolvers_.emplace_back(&pool_.at(i),
                             std::make_unique<core::net::Resolver>(pool_.at(i).get_executor(), ro));
   }
+  open_listeners();
+}
+
+void Socks5App::open_listeners() {
+  asio::ip::tcp::endpoint ep;
+  bool any = options_.bind_address.empty() || options_.bind_address == "::";
+  if (any) {
+    ep = tcp::endpoint(tcp::v6(), static_cast<uint16_t>(options_.port));
+  } else {
+    std::error_code ec;
+    auto addr = asio::ip::make_address(options_.bind_address, ec);
+    if (ec) throw std::runtime_error("--bind-address " + options_.bind_address + ": not an IP");
+    ep = tcp::endpoint(addr, static_cast<uint16_t>(options_.port));
+  }
+  using reuse_port = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+  for (size_t i = 0; i < pool_.size(); ++i) {
+    auto a = std::make_unique<tcp::acceptor>(pool_.at(i));
+    std::error_code ec;
+    a->open(ep.protocol(), ec);
+    if (!ec && any) a->set_option(asio::ip::v6_only(false), ec);
+    if (!ec) a->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) a->set_option(reuse_port(true), ec);
+    if (!ec) a->bind(ep, ec);
+    if (!ec) a->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      throw std::system_error(ec, "listen on " + options_.bind_address + ":" + std::to_string(ep.port()));
+    }
+    if (i == 0) ep = a->local_endpoint();  // port 0 becomes the port every worker shares
+    acceptors_.push_back(std::move(a));
+  }
+  endpoint_ = ep;
 }
 
 Socks5App::~Socks5App() {
@@ -58,16 +87,15 @@ core::net::Resolver& Socks5App::resolver_for(const asio::any_io_executor& ex) {
   return *resolvers_.front().second;
 }
 
-core::io::Awaitable<void> Socks5App::accept_loop() {
+core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor) {
   for (;;) {
-    auto& ctx = pool_.next();
-    auto [ec, socket] = co_await acceptor_.async_accept(ctx, core::io::use_nothrow);
+    auto [ec, socket] = co_await acceptor.async_accept(core::io::use_nothrow);
     if (ec) {
-      if (!acceptor_.is_open() || ec == asio::error::operation_aborted) co_return;
+      if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
       KONN_LOG(logger(), warn, "accept: {}", ec.message());
       if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space) {
         // Out of file descriptors: back off briefly instead of spinning.
-        asio::steady_timer t(main_, std::chrono::milliseconds(50));
+        asio::steady_timer t(acceptor.get_executor(), std::chrono::milliseconds(50));
         co_await t.async_wait(core::io::use_nothrow);
       }
       continue;
@@ -82,6 +110,7 @@ core::io::Awaitable<void> Socks5App::accept_loop() {
       continue;  // the socket closes here
     }
     SessionEnv env{options_, users_.get(), resolver_for(socket.get_executor())};
+    // The session starts on this thread and stays on it.
     auto ex = socket.get_executor();
     asio::co_spawn(ex, run_session(std::move(socket), env, std::move(slot)), asio::detached);
   }
@@ -94,8 +123,12 @@ void Socks5App::stop() {
 void Socks5App::begin_shutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
-  std::error_code ignored;
-  acceptor_.close(ignored);
+  for (auto& a : acceptors_) {
+    asio::post(a->get_executor(), [acc = a.get()] {
+      std::error_code ignored;
+      acc->close(ignored);
+    });
+  }
   KONN_LOG(logger(), info, "shutting down: draining {} sessions for up to {}", registry_.active(),
            core::config::format_go_duration(options_.graceful_shutdown_timeout));
   drain_deadline_ = std::chrono::steady_clock::now() +
@@ -140,13 +173,15 @@ int Socks5App::run() {
         registry_.close_all();
         drain_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       });
+  for (auto& a : acceptors_) {
+    asio::co_spawn(a->get_executor(), accept_loop(*a), asio::detached);
+  }
   pool_.start();
-  auto ep = acceptor_.local_endpoint();
+  auto ep = endpoint_;
   KONN_LOG(logger(), info, "listening on {}:{} ({} workers, auth {}, {} rules, default {})",
            ep.address().to_string(), ep.port(), pool_.size(), users_ ? "user/pass" : "none",
            options_.rule_set.size(), options_.default_policy);
-  asio::co_spawn(main_, accept_loop(), asio::detached);
-  main_.run();
+  main_.run();  // the signal wait keeps it running until the drain calls stop()
   registry_.close_all();
   pool_.stop();
   return 0;

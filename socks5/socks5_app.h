@@ -14,8 +14,9 @@
 
 namespace konn::socks5 {
 
-// The daemon: a listener on the main thread's io_context, sessions spread over a WorkerPool
-// (one io_context per thread, one c-ares Resolver each), SIGTERM handling.
+// The daemon: one listening socket per worker thread (SO_REUSEPORT on one port, so the kernel
+// spreads connections and a session never changes thread), a WorkerPool (one io_context per
+// thread, one c-ares Resolver each), and the main thread for signals and the shutdown drain.
 class Socks5App {
  public:
   // Opens the listener and loads the users file; throws std::runtime_error on startup errors.
@@ -28,22 +29,24 @@ class Socks5App {
   // Thread-safe: begins the graceful shutdown, as SIGTERM does.
   void stop();
 
-  asio::ip::tcp::endpoint local_endpoint() const { return acceptor_.local_endpoint(); }
+  asio::ip::tcp::endpoint local_endpoint() const { return endpoint_; }
   size_t active_sessions() const { return registry_.active(); }
 
  private:
-  core::io::Awaitable<void> accept_loop();
+  core::io::Awaitable<void> accept_loop(asio::ip::tcp::acceptor& acceptor);
   void begin_shutdown();
   void poll_drain();
   core::net::Resolver& resolver_for(const asio::any_io_executor& ex);
+  void open_listeners();
 
   const Socks5Options& options_;
   std::unique_ptr<UserDb> users_;
   SessionRegistry registry_;
   asio::io_context main_;
-  asio::ip::tcp::acceptor acceptor_;
   core::io::WorkerPool pool_;  // after everything sessions use: destroyed before it
   std::vector<std::pair<asio::io_context*, std::unique_ptr<core::net::Resolver>>> resolvers_;
+  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors_;  // acceptors_[i] on worker i
+  asio::ip::tcp::endpoint endpoint_;
   asio::steady_timer drain_timer_;
   std::chrono::steady_clock::time_point drain_deadline_{};
   bool shutting_down_ = false;

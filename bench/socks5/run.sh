@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks our socks5 beside direct loopback, dante (danted) and microsocks, in one run:
-#   bulk throughput (one stream, MiB/s), connections per second (connect + SOCKS handshake +
+#   bulk throughput (one stream, MiB/s), connections per second (4 client threads: connect +
+#   SOCKS handshake +
 #   1-byte echo + close), and memory per idle session (Pss of the server's process tree with
 #   1000 established idle sessions, minus before, / 1000).
 # Installs dante-server and microsocks with apt-get when absent. Builds a Release tree.
@@ -39,9 +40,26 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKONN_BUILD_TE
 cmake --build "$BUILD" --target socks5 socks5_bench -j2 >/dev/null
 BENCH=$BUILD/bin/socks5_bench
 
-ulimit -n 65536 || true
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port below the ephemeral range: the cps runs leave thousands of TIME_WAIT sockets on
+# ephemeral ports, and servers without SO_REUSEADDR (microsocks) cannot bind those.
+free_port() {
+  python3 - <<'PY'
+import random, socket
+for _ in range(200):
+    p = random.randint(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+PY
+}
 wait_port() {
   for _ in $(seq 1 200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
@@ -107,7 +125,7 @@ for name in direct konn dante microsocks; do
   # shellcheck disable=SC2086
   BULK[$name]=$("$BENCH" bulk $PROXY --mib="$MIB" | sed 's/bulk_mib_s=//')
   # shellcheck disable=SC2086
-  CPS[$name]=$("$BENCH" cps $PROXY --seconds="$CPS_SECONDS" --threads=2 | sed 's/cps=\([0-9]*\).*/\1/')
+  CPS[$name]=$("$BENCH" cps $PROXY --seconds="$CPS_SECONDS" --threads=4 | sed 's/cps=\([0-9]*\).*/\1/')
   if [ -n "$SERVER_PID" ]; then
     before=$(tree_pss "$SERVER_PID")
     mkfifo "$WORK/hold"
