@@ -30,7 +30,9 @@ std::string bin_dir() {
 
 std::string source_dir() {
   const char* d = std::getenv("KONN_SOURCE_DIR");
-  return d != nullptr ? d : ".";
+  // Exception: catch_discover_tests keeps only the first ENVIRONMENT entry here, so the source
+  // dir also comes in at compile time.
+  return d != nullptr ? d : KONN_E2E_SOURCE_DIR;
 }
 
 TempDir::TempDir() {
