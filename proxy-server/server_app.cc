@@ -9,6 +9,9 @@
 #include <grpcpp/server_builder.h>
 
 #include "core/io/shutdown.h"
+#include "core/kube/api_client.h"
+#include "core/kube/kubeconfig.h"
+#include "proxy-server/auth/token_reviewer.h"
 #include "core/log/log_macros.h"
 #include "core/net/listener.h"
 #include "core/tls/grpc_credentials.h"
@@ -46,6 +49,7 @@ void ServerApp::start() {
       timers_.get_executor());
   timer_thread_ = std::thread([this] { timers_.run(); });
   router_ = std::make_unique<Router>(options_, timers_, metrics_);
+  if (!options_.agent_namespace.empty()) start_token_review();
   start_admin();
   proxy_service_ = std::make_unique<ProxyServiceImpl>(*router_);
   agent_service_ = std::make_unique<AgentServiceImpl>(*router_);
@@ -108,6 +112,29 @@ void ServerApp::start() {
              options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
              bind_spec(options_.agent_bind_address, agent_port_));
   }
+}
+
+void ServerApp::start_token_review() {
+  core::kube::KubeconfigOverrides overrides;
+  overrides.kubeconfig = options_.kubeconfig;
+  auto env = core::kube::KubeconfigEnvironment::from_process();
+  if (options_.kubeconfig.empty()) {
+    // As upstream: an empty --kubeconfig means the in-cluster service account, never
+    // $KUBECONFIG or ~/.kube/config.
+    env.kubeconfig_env.reset();
+    env.home.clear();
+  }
+  auto rest = core::kube::load_rest_config(overrides, env);
+  reviewer_ = std::make_unique<TokenReviewer>(
+      core::kube::api_target_from(rest), options_.authentication_audience,
+      options_.agent_namespace, options_.agent_service_account, timers_.get_executor(),
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.authentication_timeout));
+  router_->set_reviewer(reviewer_.get());
+  KONN_LOG(log_, info,
+           "agents authenticate with service-account tokens: TokenReview at {} ({}), audience {}, "
+           "account system:serviceaccount:{}:{}",
+           rest.server, rest.source, options_.authentication_audience, options_.agent_namespace,
+           options_.agent_service_account);
 }
 
 unsigned ServerApp::reload_seconds() const {

@@ -17,6 +17,7 @@ namespace konn::server {
 
 class Router;
 class HttpConnectServer;
+class TokenReviewer;
 class ProxyServiceImpl;
 class AgentServiceImpl;
 
@@ -46,6 +47,7 @@ class ServerApp {
   void start_admin();
   void start_http_connect();
   unsigned reload_seconds() const;
+  void start_token_review();
 
   const ServerOptions& options_;
   std::shared_ptr<spdlog::logger> log_;
@@ -57,6 +59,7 @@ class ServerApp {
   std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> timers_guard_;
   std::thread timer_thread_;
   std::unique_ptr<Router> router_;
+  std::unique_ptr<TokenReviewer> reviewer_;
   std::unique_ptr<ProxyServiceImpl> proxy_service_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   std::unique_ptr<grpc::Server> frontend_server_;

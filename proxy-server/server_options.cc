@@ -33,6 +33,8 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("agent-service-account", &agent_service_account, "Service account of the agents");
   p.add("authentication-audience", &authentication_audience, "Audience of agent tokens");
   p.add("kubeconfig", &kubeconfig, "kubeconfig for TokenReview and Leases (empty: in-cluster)");
+  p.add("authentication-timeout", &authentication_timeout,
+        "Bound on one agent TokenReview; a slower apiserver rejects the agent");
   p.add("kubeconfig-qps", &kubeconfig_qps, "Client QPS towards the apiserver");
   p.add("kubeconfig-burst", &kubeconfig_burst, "Client burst towards the apiserver");
   p.add("kube-api-content-type", &kube_api_content_type, "Content type for apiserver calls");
@@ -115,6 +117,9 @@ std::vector<std::string> ServerOptions::validate() const {
     errors.push_back(
         "--agent-namespace, --agent-service-account, --authentication-audience: set all three "
         "or none");
+  }
+  if (authentication_timeout.count() <= 0) {
+    errors.push_back("--authentication-timeout: must be positive");
   }
   if (any_auth && !cluster_ca_cert.empty()) {
     errors.push_back("--cluster-ca-cert: cannot be combined with token authentication");

@@ -46,6 +46,8 @@ struct ServerOptions {
   int kubeconfig_qps = 0;
   int kubeconfig_burst = 0;
   std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
+  // konn: a TokenReview that takes longer rejects the agent.
+  Duration authentication_timeout = std::chrono::seconds(5);
 
   // Routing and HA.
   std::vector<std::string> proxy_strategies{"default"};

@@ -1,4 +1,4 @@
-#include "kubeproxy-http/kubeconfig.h"
+#include "core/kube/kubeconfig.h"
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -20,7 +20,7 @@
 
 extern char** environ;
 
-namespace konn::kubeproxy {
+namespace konn::core::kube {
 namespace {
 
 namespace fs = std::filesystem;
@@ -525,4 +525,4 @@ CredentialSource::Credential CredentialSource::run_exec() {
   return {"Bearer " + cached_, ""};
 }
 
-}  // namespace konn::kubeproxy
+}  // namespace konn::core::kube

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace konn::kubeproxy {
+namespace konn::core::kube {
 
 // A kubeconfig that cannot be used. what() names the file and the field, e.g.
 // `kubeconfig "/home/a/.kube/config": users["alice"].user.client-certificate: open
@@ -119,4 +119,4 @@ class CredentialSource {
   std::chrono::steady_clock::time_point cached_until_{};
 };
 
-}  // namespace konn::kubeproxy
+}  // namespace konn::core::kube

@@ -1,11 +1,11 @@
-#include "kubeproxy-http/kubeconfig.h"
+#include "core/kube/kubeconfig.h"
 
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
 
-using namespace konn::kubeproxy;
+using namespace konn::core::kube;
 namespace fs = std::filesystem;
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include "core/log/log_macros.h"
 #include "core/tunnel/packet.h"
+#include "proxy-server/auth/token_reviewer.h"
 #include "proxy-server/tunnel/frontend.h"
 #include "proxy-server/tunnel/router.h"
 
@@ -36,7 +37,6 @@ Backend* Backend::start(grpc::CallbackServerContext* ctx, Router& router) {
 }
 
 void Backend::begin() {
-  const auto& opts = router_.options();
   auto ids = metadata_values(*ctx_, "agentid");
   if (ids.size() != 1) {
     KONN_LOG(log_, warn, "agent from {} rejected: expected one agentid header, got {}", peer_,
@@ -64,17 +64,35 @@ void Backend::begin() {
     }
     identifiers_ = std::move(*parsed);
   }
-  if (!opts.agent_namespace.empty()) {
-    // Fail closed: the operator asked for token authentication, which this build cannot check
-    // yet. Admitting agents unauthenticated would silently widen access.
-    KONN_LOG(log_, err,
-             "agent {} from {} rejected: token authentication (--agent-namespace) is not "
-             "implemented in this build",
-             agent_id_, peer_);
-    close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                       "token authentication is not implemented by this proxy-server build"));
+  identifiers_header_ = idents.empty() ? "" : idents.front();
+  if (auto* reviewer = router_.reviewer()) {
+    auto auth = metadata_values(*ctx_, "authorization");
+    const std::string prefix = "Bearer ";
+    if (auth.size() != 1 || auth.front().rfind(prefix, 0) != 0) {
+      KONN_LOG(log_, warn, "agent {} from {} rejected: no bearer token (got {} authorization "
+               "headers)", agent_id_, peer_, auth.size());
+      close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                         "expected one \"authorization: Bearer <token>\" header"));
+      return;
+    }
+    // The review runs elsewhere; the stream waits (no headers, no reads) until it answers.
+    reviewer->review(auth.front().substr(prefix.size()),
+                     [self = self_](TokenReviewer::Verdict v) {
+                       if (!v.admitted) {
+                         KONN_LOG(self->log_, warn, "agent {} from {} rejected: {}",
+                                  self->agent_id_, self->peer_, v.reason);
+                         self->close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, v.reason));
+                         return;
+                       }
+                       self->admit();
+                     });
     return;
   }
+  admit();
+}
+
+void Backend::admit() {
+  const auto& opts = router_.options();
   auto flow = metadata_values(*ctx_, core::tunnel::kFlowControlHeader);
   flow_control_ = flow.size() == 1 && flow.front() == core::tunnel::kFlowControlVersion;
 
@@ -88,7 +106,7 @@ void Backend::begin() {
   registered_ = true;
   size_t same = router_.backends().streams_of(agent_id_);
   KONN_LOG(log_, info, "agent connected agentID={} peer={} identifiers={} flowControl={}{}",
-           agent_id_, peer_, idents.empty() ? "" : idents.front(), flow_control_,
+           agent_id_, peer_, identifiers_header_, flow_control_,
            same > 1 ? " (duplicate agent id: newest stream takes new dials)" : "");
   start_reading();
 }

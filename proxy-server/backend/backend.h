@@ -51,6 +51,8 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>,
  private:
   Backend(grpc::CallbackServerContext* ctx, Router& router);
   void begin();
+  // Accepted (token reviewed, if required): answer headers, register, start reading.
+  void admit();
 
   void start_write_op(const Packet* p, grpc::WriteOptions opts) override { StartWrite(p, opts); }
   void start_read_op(Packet* p) override { StartRead(p); }
@@ -68,6 +70,7 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>,
   std::shared_ptr<Backend> self_;
   std::string agent_id_;
   std::string peer_;
+  std::string identifiers_header_;
   core::tunnel::AgentIdentifiers identifiers_;
   bool flow_control_ = false;
   std::atomic<bool> draining_{false};

@@ -11,6 +11,8 @@
 
 namespace konn::server {
 
+class TokenReviewer;
+
 // The state every frontend and backend of one proxy-server shares: the options, the connected
 // agents, the dials awaiting an answer, and an io_context for timers. Owned by ServerApp and
 // outliving every reactor (the gRPC servers are shut down before it is destroyed).
@@ -23,6 +25,9 @@ class Router {
   PendingDialTable& pending() { return pending_; }
   asio::io_context& timers() { return timers_; }
   ServerMetrics& metrics() { return metrics_; }
+  // Non-null when agents must present a service-account token (--agent-namespace).
+  TokenReviewer* reviewer() { return reviewer_; }
+  void set_reviewer(TokenReviewer* reviewer) { reviewer_ = reviewer; }
   // Registry changes go through these so the ready_backends gauges follow.
   void add_backend(const std::shared_ptr<Backend>& backend);
   void remove_backend(const Backend* backend);
@@ -33,6 +38,7 @@ class Router {
   PendingDialTable pending_;
   asio::io_context& timers_;
   ServerMetrics& metrics_;
+  TokenReviewer* reviewer_ = nullptr;
   void update_ready_gauges();
 };
 

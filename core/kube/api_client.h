@@ -1,0 +1,48 @@
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/ssl/context.hpp>
+
+#include "core/io/asio_compat.h"
+
+namespace konn::core::kube {
+
+// Where and how to reach an apiserver (from a kubeconfig or the in-cluster service account).
+struct ApiTarget {
+  std::string host;             // without brackets
+  uint16_t port = 443;
+  std::string path_prefix;      // server URL path, "" when none
+  std::string server_name;      // SNI and verification name (default: host)
+  std::shared_ptr<asio::ssl::context> tls;  // trust, client certificate, verification
+  bool verify = true;           // check the certificate's name (false: insecure-skip-tls-verify)
+  // The Authorization header value for each request ("Bearer ...", "Basic ...", "" for none);
+  // asked anew every time so rotating token files and exec plugins stay current.
+  std::function<std::string()> authorization;
+};
+
+struct ApiResponse {
+  int status = 0;      // HTTP status; 0 when no response arrived
+  std::string body;
+  std::string error;   // transport failure or timeout, "" when a response arrived
+};
+
+struct RestConfig;
+
+// The target described by a loaded kubeconfig (server URL, CA, client certificate, token, token
+// file, exec plugin, basic auth). Throws std::runtime_error naming what cannot be used.
+ApiTarget api_target_from(const RestConfig& config);
+
+// One HTTPS request on a fresh connection, bounded in total by `timeout` (connect, TLS, request,
+// response). Bodies are JSON. Never throws; failures come back in `error`. Meant for rare control
+// calls (TokenReview, Leases), not for the data plane.
+io::Awaitable<ApiResponse> api_request(asio::any_io_executor ex, const ApiTarget& target,
+                                       const std::string& method, const std::string& path,
+                                       const std::string& body,
+                                       std::chrono::milliseconds timeout);
+
+}  // namespace konn::core::kube
