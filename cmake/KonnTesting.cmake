@@ -21,8 +21,11 @@ function(konn_add_unit_tests name)
   if(ARG_LABELS)
     set(labels ${ARG_LABELS})
   endif()
+  # Built binaries and the source tree are found through KONN_BIN_DIR / KONN_SOURCE_DIR when set,
+  # else through defaults compiled into tests/support (a list-valued ENVIRONMENT would be split
+  # by catch_discover_tests, so only one variable is passed here).
   catch_discover_tests(${name} PROPERTIES LABELS "${labels}" TIMEOUT 300
-    ENVIRONMENT "KONN_BIN_DIR=${PROJECT_BINARY_DIR}/bin;KONN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+    ENVIRONMENT "KONN_BIN_DIR=${PROJECT_BINARY_DIR}/bin")
 endfunction()
 
 # konn_add_executable(name SOURCES ... DEPS ...): a daemon's thin main.
