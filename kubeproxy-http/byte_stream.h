@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <variant>
 
+#include <asio/buffered_read_stream.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
 #include <asio/ssl/stream.hpp>
@@ -14,6 +15,22 @@
 
 namespace konn::kubeproxy {
 
+// TCP with a large read buffer, for use under TLS: Asio's TLS engine asks its next layer for one
+// record (about 16 KiB) at a time, so without this every record costs a recv() system call.
+class BufferedTcp : public asio::buffered_read_stream<asio::ip::tcp::socket> {
+ public:
+  static constexpr size_t kReadBuffer = 256 * 1024;
+  explicit BufferedTcp(asio::ip::tcp::socket&& s) : BufferedTcp(s.get_executor(), std::move(s)) {}
+
+ private:
+  // Asio 1.22's buffered_read_stream builds its stream from an lvalue argument, so build an empty
+  // socket on the same executor and move the connected one in.
+  BufferedTcp(asio::any_io_executor ex, asio::ip::tcp::socket&& s)
+      : asio::buffered_read_stream<asio::ip::tcp::socket>(ex, kReadBuffer) {
+    next_layer() = std::move(s);
+  }
+};
+
 // One connected byte stream of any of the kinds the proxy handles: TCP, a unix socket, or TLS over
 // TCP (handshake already done). Lets the HTTP code be written once. Like the sockets it wraps, it
 // allows one read and one write in flight at the same time.
@@ -21,7 +38,7 @@ class ByteStream {
  public:
   using Tcp = asio::ip::tcp::socket;
   using Unix = asio::local::stream_protocol::socket;
-  using Tls = asio::ssl::stream<Tcp>;
+  using Tls = asio::ssl::stream<BufferedTcp>;
   using IoResult = std::tuple<std::error_code, size_t>;
 
  private:
@@ -77,11 +94,22 @@ class ByteStream {
   bool is_open() { return lowest().is_open(); }
 
   // The underlying socket, for options (keepalive, nodelay).
+  // Bytes that a read would return without waiting for the network: TLS plaintext already
+  // decrypted plus ciphertext already received. Always 0 for plain sockets (the kernel buffer is
+  // not looked at; one read takes what is there anyway).
+  size_t buffered() {
+    if (auto* s = std::get_if<std::unique_ptr<Tls>>(&impl_)) {
+      return static_cast<size_t>(SSL_pending((*s)->native_handle())) +
+             (*s)->next_layer().in_avail();
+    }
+    return 0;
+  }
+
   bool is_tls() const { return std::holds_alternative<std::unique_ptr<Tls>>(impl_); }
 
   Tcp* tcp() {
     if (auto* t = std::get_if<Tcp>(&impl_)) return t;
-    if (auto* s = std::get_if<std::unique_ptr<Tls>>(&impl_)) return &(*s)->next_layer();
+    if (auto* s = std::get_if<std::unique_ptr<Tls>>(&impl_)) return &(*s)->next_layer().next_layer();
     return nullptr;
   }
 

@@ -28,25 +28,24 @@ constexpr size_t kMaxIdlePerWorker = 64;
 // Bytes read from the downstream connection and not yet parsed (pipelined requests stay here).
 class InBuffer {
  public:
-  InBuffer() : data_(kBufferSize) {}
-  std::string_view pending() const { return {data_.data() + begin_, end_ - begin_}; }
+  InBuffer() : data_(std::make_unique_for_overwrite<char[]>(kBufferSize)) {}
+  std::string_view pending() const { return {data_.get() + begin_, end_ - begin_}; }
   void consume(size_t n) {
     begin_ += n;
     if (begin_ == end_) begin_ = end_ = 0;
   }
   asio::mutable_buffer space() {
-    if (end_ == data_.size() && begin_ > 0) {
-      std::copy(data_.begin() + static_cast<std::ptrdiff_t>(begin_),
-                data_.begin() + static_cast<std::ptrdiff_t>(end_), data_.begin());
+    if (end_ == kBufferSize && begin_ > 0) {
+      std::copy(data_.get() + begin_, data_.get() + end_, data_.get());
       end_ -= begin_;
       begin_ = 0;
     }
-    return asio::buffer(data_.data() + end_, data_.size() - end_);
+    return asio::buffer(data_.get() + end_, kBufferSize - end_);
   }
   void commit(size_t n) { end_ += n; }
 
  private:
-  std::vector<char> data_;
+  std::unique_ptr<char[]> data_;  // not zeroed: allocated per connection, filled by reads
   size_t begin_ = 0;
   size_t end_ = 0;
 };
@@ -84,6 +83,8 @@ struct Forwarder::Exchange {
   std::string peer;
   InBuffer in;
   Http1Parser req;
+  Http1Parser resp{Http1Parser::Kind::Response, 1 << 20};
+  std::unique_ptr<char[]> ubuf = std::make_unique_for_overwrite<char[]>(kBufferSize);
   std::string early_body;  // body bytes that arrived with the head (at most one buffer)
   bool body_done = false;  // the whole request message has been parsed
   Clock::time_point start{};
@@ -330,7 +331,7 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
     co_await x.client.write(asio::buffer(kContinue));
   }
   auto ex = x.client.get_executor();
-  std::vector<char> ubuf(kBufferSize);
+  auto ubuf = asio::buffer(x.ubuf.get(), kBufferSize);
 
   for (int attempt = 0;; ++attempt) {
     std::unique_ptr<ByteStream> up;
@@ -417,7 +418,8 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
     }
 
     // Response: streamed to the client as it arrives.
-    Http1Parser resp(Http1Parser::Kind::Response, 1 << 20);
+    Http1Parser& resp = x.resp;
+    resp.reset();
     resp.expect_no_body(h.method == "HEAD");
     bool got_any = false;
     bool head_sent = false;
@@ -425,8 +427,19 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
     bool close_client = !h.keep_alive;
     bool done = false;
     while (!done) {
-      auto [ec, n] = co_await up->read_some(asio::buffer(ubuf));
-      std::string_view data(ubuf.data(), n);
+      auto [ec, n] = co_await up->read_some(ubuf);
+      // TLS hands out one record (16 KiB) per read. When more is already received, take it too
+      // so the client gets fewer, larger writes. A partial record in the buffer means the rest
+      // is in flight, so this never waits for an event that has not been sent (watch).
+      while (!ec && n + 16 * 1024 <= kBufferSize && up->buffered() > 0) {
+        auto [ec2, n2] = co_await up->read_some(asio::buffer(x.ubuf.get() + n, kBufferSize - n));
+        n += n2;
+        if (ec2) {
+          ec = ec2;
+          break;
+        }
+      }
+      std::string_view data(x.ubuf.get(), n);
       std::vector<asio::const_buffer> out;
       std::vector<std::string> framing;
       framing.reserve(8);

@@ -12,6 +12,7 @@
 #include "core/io/worker_pool.h"
 #include "core/log/log_macros.h"
 #include "core/net/dialer.h"
+#include "core/net/endpoint.h"
 #include "core/net/listener.h"
 #include "core/tls/tls_context.h"
 #include "kubeproxy-http/connect_proxy.h"
@@ -100,8 +101,7 @@ struct KubeproxyApp::Impl {
         std::error_code pec;
         auto ep = sock.remote_endpoint(pec);
         if (!pec) {
-          peer = ep.address().is_v6() ? "[" + ep.address().to_string() + "]:" + std::to_string(ep.port())
-                                      : ep.address().to_string() + ":" + std::to_string(ep.port());
+          peer = core::net::HostPort{ep.address().to_string(), ep.port()}.to_string();
         }
         core::net::set_nodelay(sock);
       }
@@ -138,8 +138,7 @@ int KubeproxyApp::run() {
     auto& a = acceptor.emplace<asio::ip::tcp::acceptor>(
         core::net::listen_tcp(im.main_ctx, o.address, static_cast<uint16_t>(o.port)));
     auto ep = a.local_endpoint();
-    bound = ep.address().is_v6() ? "[" + ep.address().to_string() + "]:" + std::to_string(ep.port())
-                                 : ep.address().to_string() + ":" + std::to_string(ep.port());
+    bound = core::net::HostPort{ep.address().to_string(), ep.port()}.to_string();
     asio::co_spawn(im.main_ctx, im.accept_loop(a), asio::detached);
   }
   std::cout << "Starting to serve on " << bound << std::endl;

@@ -42,3 +42,20 @@ TEST_CASE("host port stripping", "[filter]") {
   CHECK(RequestFilter::strip_port("[::1]") == "[::1]");
   CHECK(RequestFilter::strip_port("localhost") == "localhost");
 }
+
+TEST_CASE("fast pattern matching agrees with std::regex", "[filter]") {
+  const char* patterns[] = {"^.*", "^/api/.*/pods/.*/exec", "^localhost$", "^127\\.0\\.0\\.1$",
+                            "^\\[::1\\]$", "^$", "POST", "exec$", "^/api", "a.*b.*c",
+                            "^/x(y|z)", "[0-9]+"};
+  const char* texts[] = {"", "/api/v1/namespaces/d/pods/p/exec", "/api/v1/pods", "localhost",
+                         "localhost.evil", "127.0.0.1", "127x0x0x1", "[::1]", "POST", "XPOSTY",
+                         "abc", "acb", "/xy", "/x", "v1"};
+  for (const char* p : patterns) {
+    RequestFilter f({p}, {}, {"^.*"}, {});
+    std::regex re(p);
+    for (const char* t : texts) {
+      INFO(p << " on " << t);
+      CHECK(f.accept("GET", t, "h") == std::regex_search(t, re));
+    }
+  }
+}
