@@ -1,11 +1,10 @@
 #include "test-client/client_app.h"
 
-#include <poll.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <iostream>
+#include <poll.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "test-client/channel.h"
@@ -38,8 +37,8 @@ int ClientApp::run() { return options_.pipe ? pipe() : fetch(); }
 int ClientApp::fetch() {
   std::unique_ptr<Tunnel> tunnel;
   try {
-    ChannelConfig cc{options_.proxy_uds,   options_.proxy_host,  options_.proxy_port,
-                     options_.ca_cert,     options_.client_cert, options_.client_key};
+    ChannelConfig cc{options_.proxy_uds, options_.proxy_host,  options_.proxy_port,
+                     options_.ca_cert,   options_.client_cert, options_.client_key};
     auto dial = Tunnel::dial(make_channel(cc), options_.request_address(),
                              duration_cast<milliseconds>(options_.dial_timeout));
     if (!dial.tunnel) {
@@ -74,8 +73,8 @@ int ClientApp::fetch() {
 int ClientApp::pipe() {
   std::unique_ptr<Tunnel> tunnel;
   try {
-    ChannelConfig cc{options_.proxy_uds,   options_.proxy_host,  options_.proxy_port,
-                     options_.ca_cert,     options_.client_cert, options_.client_key};
+    ChannelConfig cc{options_.proxy_uds, options_.proxy_host,  options_.proxy_port,
+                     options_.ca_cert,   options_.client_cert, options_.client_key};
     auto dial = Tunnel::dial(make_channel(cc), options_.request_address(),
                              duration_cast<milliseconds>(options_.dial_timeout));
     if (!dial.tunnel) {

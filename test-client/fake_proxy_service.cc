@@ -40,8 +40,8 @@ class FakeProxyService::Impl final : public ProxyService::Service {
     const int64_t cid = 7;
 
     if (mode == "refuse") {
-      stream->Write(make_dial_response(random, 0,
-                                       "dial tcp 127.0.0.1:" + arg + ": connect: connection refused"));
+      stream->Write(make_dial_response(
+          random, 0, "dial tcp 127.0.0.1:" + arg + ": connect: connection refused"));
       return drain(stream);
     }
     if (mode == "silent") return drain(stream);

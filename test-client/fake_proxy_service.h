@@ -38,7 +38,7 @@ class FakeProxyService {
     size_t max_data = 0;               // largest DATA payload received
     uint64_t data_bytes = 0;           // DATA payload bytes received
     int close_requests = 0;
-    int streams_finished = 0;          // handlers that saw the client half-close
+    int streams_finished = 0;  // handlers that saw the client half-close
   };
   Seen seen() const;
   // Bytes the source: behaviour has handed to gRPC so far.

@@ -43,7 +43,7 @@ class HttpResponseParser {
   Phase phase_ = Phase::Head;
   Status status_ = Status::NeedMore;
   std::string error_;
-  std::string buf_;       // unconsumed input
+  std::string buf_;         // unconsumed input
   uint64_t remaining_ = 0;  // body or chunk bytes still expected
   int code_ = 0;
   std::string reason_;

@@ -50,8 +50,7 @@ TEST_CASE("http parser: body until the connection ends", "[testclient]") {
 
 TEST_CASE("http parser: interim 100 skipped and 204 has no body", "[testclient]") {
   HttpResponseParser p;
-  CHECK(p.feed("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n") ==
-        Status::Complete);
+  CHECK(p.feed("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n") == Status::Complete);
   CHECK(p.code() == 204);
   CHECK(p.body().empty());
 }

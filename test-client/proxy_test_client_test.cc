@@ -33,8 +33,8 @@ ProcessOptions client(std::vector<std::string> args) {
 TEST_CASE("proxy-test-client: fetches a page and prints the body", "[testclient]") {
   TempDir dir{"konn-tc"};
   FakeProxyService fake(dir.file("p.sock"));
-  auto o = client({"--proxy-uds=" + dir.file("p.sock"), "--request-host=http",
-                   "--request-port=80", "--request-path=/x"});
+  auto o = client({"--proxy-uds=" + dir.file("p.sock"), "--request-host=http", "--request-port=80",
+                   "--request-path=/x"});
   o.stdout_path = dir.file("out");
   RunResult r = run_process(std::move(o), 20s);
   CHECK(r.exit_code == 0);
@@ -52,8 +52,7 @@ TEST_CASE("proxy-test-client: a dial error exits non-zero with the agent's text"
   CHECK(r.output.find("connect: connection refused") != std::string::npos);
 }
 
-TEST_CASE("proxy-test-client: --pipe copies stdin through the tunnel to stdout",
-          "[testclient]") {
+TEST_CASE("proxy-test-client: --pipe copies stdin through the tunnel to stdout", "[testclient]") {
   TempDir dir{"konn-tc"};
   FakeProxyService fake(dir.file("p.sock"));
   std::string input(3 * 1024 * 1024 + 5, '\0');
@@ -63,8 +62,8 @@ TEST_CASE("proxy-test-client: --pipe copies stdin through the tunnel to stdout",
     f << input;
   }
   auto o = client({"--proxy-uds=" + dir.file("p.sock"),
-                   "--request-host=echoclose-" + std::to_string(input.size()),
-                   "--request-port=80", "--pipe"});
+                   "--request-host=echoclose-" + std::to_string(input.size()), "--request-port=80",
+                   "--pipe"});
   o.stdin_path = dir.file("in");
   o.stdout_path = dir.file("out");
   RunResult r = run_process(std::move(o), 30s);

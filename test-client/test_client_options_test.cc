@@ -41,8 +41,8 @@ TEST_CASE("options: defaults and a unix-socket fetch", "[testclient]") {
 
 TEST_CASE("options: every problem is reported with its flag", "[testclient]") {
   TestClientOptions o;
-  auto errors = parse(o, {"--request-port=0", "--proxy-port=99999", "--client-cert=a.crt",
-                          "--pipe", "--request-path=/x", "--dial-timeout=soon"});
+  auto errors = parse(o, {"--request-port=0", "--proxy-port=99999", "--client-cert=a.crt", "--pipe",
+                          "--request-path=/x", "--dial-timeout=soon"});
   CHECK(mentions(errors, "--request-port"));
   CHECK(mentions(errors, "--proxy-port"));
   CHECK(mentions(errors, "--client-cert/--client-key"));

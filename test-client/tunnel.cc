@@ -238,8 +238,7 @@ std::string Tunnel::close(std::chrono::milliseconds timeout) {
   // A failed CLOSE_REQ write usually means the server already finished the stream (after its
   // own CLOSE_RSP, which the reader thread may not have processed yet): wait for the reader
   // either way, so the outcome does not depend on which thread ran first.
-  bool sent = !send_close ||
-              write_packet(core::tunnel::make_close_request(connect_id_), deadline);
+  bool sent = !send_close || write_packet(core::tunnel::make_close_request(connect_id_), deadline);
   std::string result;
   {
     std::unique_lock lock(mu_);

@@ -112,17 +112,17 @@ class Tunnel {
   bool write_failed_ = false;  // guarded by write_mu_
   bool writes_done_ = false;   // guarded by write_mu_
 
-  mutable std::mutex mu_;      // guards everything below
+  mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   bool stream_created_ = false;
   DialState dial_state_ = DialState::Pending;
   std::string dial_error_;
   std::deque<std::string> inbox_;
   size_t inbox_bytes_ = 0;
-  bool ended_ = false;          // CLOSE_RSP / DIAL_CLS received or the stream ended
+  bool ended_ = false;            // CLOSE_RSP / DIAL_CLS received or the stream ended
   bool stream_finished_ = false;  // Read returned false and Finish() ran
-  bool discard_ = false;        // close() or destruction: drop data instead of queueing it
-  bool closed_ = false;         // close() was called
+  bool discard_ = false;          // close() or destruction: drop data instead of queueing it
+  bool closed_ = false;           // close() was called
   std::string close_result_;
   std::string end_reason_;
   grpc::Status status_;

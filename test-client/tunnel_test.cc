@@ -9,11 +9,14 @@
 #include "test-client/fake_proxy_service.h"
 #include "test-client/http_get.h"
 #include "tests/support/process_runner.h"
+#include "tests/support/sanitizers.h"
 #include "tests/support/temp_dir.h"
 
 using namespace konn::testclient;
 using namespace std::chrono_literals;
 using konn::testsupport::eventually;
+using konn::testsupport::kSlowFactor;
+using konn::testsupport::scaled_bytes;
 using konn::testsupport::TempDir;
 using Clock = std::chrono::steady_clock;
 
@@ -40,7 +43,7 @@ std::string read_exactly(Tunnel& t, size_t n) {
   std::string got;
   while (got.size() < n) {
     std::string chunk;
-    if (t.read_for(&chunk, 5s) != Tunnel::ReadStatus::Data) break;
+    if (t.read_for(&chunk, 5s * kSlowFactor) != Tunnel::ReadStatus::Data) break;
     got += chunk;
   }
   return got;
@@ -50,7 +53,7 @@ std::string read_exactly(Tunnel& t, size_t n) {
 
 TEST_CASE("tunnel: dial, echo and close through a frontend stream", "[testclient]") {
   Fixture f;
-  auto d = Tunnel::dial(f.channel, "echo:80", 5s);
+  auto d = Tunnel::dial(f.channel, "echo:80", 5s * kSlowFactor);
   REQUIRE(d.error.empty());
   REQUIRE(d.tunnel);
   Tunnel& t = *d.tunnel;
@@ -60,7 +63,7 @@ TEST_CASE("tunnel: dial, echo and close through a frontend stream", "[testclient
   std::string msg = distinct(100000, 1);
   REQUIRE(t.write(msg));
   CHECK(read_exactly(t, msg.size()) == msg);
-  CHECK(t.close(2s) == "");
+  CHECK(t.close(2s * kSlowFactor) == "");
   CHECK(t.ended());
   CHECK_FALSE(t.write("late"));
 
@@ -73,13 +76,13 @@ TEST_CASE("tunnel: dial, echo and close through a frontend stream", "[testclient
   CHECK(req.dialrequest().random() == t.dial_id());
   CHECK(seen.close_requests == 1);
   // close() half-closed the stream, so the server's handler finished normally.
-  CHECK(eventually([&] { return f.fake.seen().streams_finished == 1; }, 2s));
+  CHECK(eventually([&] { return f.fake.seen().streams_finished == 1; }, 2s * kSlowFactor));
   CHECK(t.status().ok());
 }
 
 TEST_CASE("tunnel: a DIAL_RSP error comes back as the error text", "[testclient]") {
   Fixture f;
-  auto d = Tunnel::dial(f.channel, "refuse:1", 5s);
+  auto d = Tunnel::dial(f.channel, "refuse:1", 5s * kSlowFactor);
   CHECK_FALSE(d.tunnel);
   CHECK(d.error == "dial tcp 127.0.0.1:1: connect: connection refused");
 }
@@ -92,8 +95,8 @@ TEST_CASE("tunnel: dial timeout sends DIAL_CLS and is bounded", "[testclient]") 
   CHECK_FALSE(d.tunnel);
   CHECK(d.error.find("dial timeout") != std::string::npos);
   CHECK(took >= 300ms);
-  CHECK(took < 2s);
-  REQUIRE(eventually([&] { return f.fake.seen().close_dials.size() == 1; }, 2s));
+  CHECK(took < 2s * kSlowFactor);
+  REQUIRE(eventually([&] { return f.fake.seen().close_dials.size() == 1; }, 2s * kSlowFactor));
   CHECK(f.fake.seen().close_dials[0] == f.fake.seen().dial_requests[0].dialrequest().random());
 }
 
@@ -101,15 +104,15 @@ TEST_CASE("tunnel: no server behind the socket fails the dial quickly", "[testcl
   TempDir dir{"konn-tc"};
   auto channel = make_channel(ChannelConfig{dir.file("absent.sock"), "", 0, "", "", ""});
   auto start = Clock::now();
-  auto d = Tunnel::dial(channel, "echo:80", 5s);
+  auto d = Tunnel::dial(channel, "echo:80", 5s * kSlowFactor);
   CHECK_FALSE(d.tunnel);
   CHECK(d.error.find("stream ended before DIAL_RSP") != std::string::npos);
-  CHECK(Clock::now() - start < 3s);
+  CHECK(Clock::now() - start < 3s * kSlowFactor);
 }
 
 TEST_CASE("tunnel: the far side closing ends reads after the data", "[testclient]") {
   Fixture f;
-  auto d = Tunnel::dial(f.channel, "hangup:1", 5s);
+  auto d = Tunnel::dial(f.channel, "hangup:1", 5s * kSlowFactor);
   REQUIRE(d.tunnel);
   auto first = d.tunnel->read();
   REQUIRE(first);
@@ -118,12 +121,12 @@ TEST_CASE("tunnel: the far side closing ends reads after the data", "[testclient
   CHECK(d.tunnel->ended());
   CHECK(d.tunnel->end_reason().empty());
   CHECK_FALSE(d.tunnel->write("x"));
-  CHECK(d.tunnel->close(1s) == "");
+  CHECK(d.tunnel->close(1s * kSlowFactor) == "");
 }
 
 TEST_CASE("tunnel: writes are split into DATA of at most 256 KiB", "[testclient]") {
   Fixture f;
-  auto d = Tunnel::dial(f.channel, "sink:1", 5s);
+  auto d = Tunnel::dial(f.channel, "sink:1", 5s * kSlowFactor);
   REQUIRE(d.tunnel);
   const size_t n = 3 * Tunnel::kMaxChunk + 17;
   REQUIRE(d.tunnel->write(distinct(n, 2)));
@@ -131,19 +134,19 @@ TEST_CASE("tunnel: writes are split into DATA of at most 256 KiB", "[testclient]
   REQUIRE(d.tunnel->write(std::string(10, 'x')));
   // The sink reports its count in a DATA before CLOSE_RSP; close() discards unread data, so ask
   // through CLOSE_REQ by hand: read after the fake answered.
-  CHECK(eventually([&] { return f.fake.seen().data_bytes == n + 10; }, 5s));
+  CHECK(eventually([&] { return f.fake.seen().data_bytes == n + 10; }, 5s * kSlowFactor));
   CHECK(f.fake.seen().max_data == Tunnel::kMaxChunk);
-  CHECK(d.tunnel->close(2s) == "");
+  CHECK(d.tunnel->close(2s * kSlowFactor) == "");
 }
 
 TEST_CASE("tunnel: close is bounded when CLOSE_RSP never comes", "[testclient]") {
   Fixture f;
-  auto d = Tunnel::dial(f.channel, "noclose:1", 5s);
+  auto d = Tunnel::dial(f.channel, "noclose:1", 5s * kSlowFactor);
   REQUIRE(d.tunnel);
   auto start = Clock::now();
   std::string r = d.tunnel->close(300ms);
   CHECK(r.find("no CLOSE_RSP") != std::string::npos);
-  CHECK(Clock::now() - start < 2s);
+  CHECK(Clock::now() - start < 2s * kSlowFactor);
   CHECK(d.tunnel->close(300ms) == r);  // idempotent
 }
 
@@ -152,7 +155,7 @@ TEST_CASE("tunnel: many tunnels share one channel", "[testclient]") {
   constexpr int kTunnels = 50;
   std::vector<std::unique_ptr<Tunnel>> tunnels;
   for (int i = 0; i < kTunnels; ++i) {
-    auto d = Tunnel::dial(f.channel, "echo:80", 5s);
+    auto d = Tunnel::dial(f.channel, "echo:80", 5s * kSlowFactor);
     REQUIRE(d.tunnel);
     tunnels.push_back(std::move(d.tunnel));
   }
@@ -166,7 +169,7 @@ TEST_CASE("tunnel: many tunnels share one channel", "[testclient]") {
   }
   for (auto& t : threads) t.join();
   CHECK(good == kTunnels);
-  for (auto& t : tunnels) CHECK(t->close(2s) == "");
+  for (auto& t : tunnels) CHECK(t->close(2s * kSlowFactor) == "");
   std::set<int64_t> ids;
   for (auto& t : tunnels) ids.insert(t->dial_id());
   CHECK(ids.size() == kTunnels);
@@ -174,11 +177,12 @@ TEST_CASE("tunnel: many tunnels share one channel", "[testclient]") {
 
 TEST_CASE("tunnel: a reader that stops reading holds the sender back", "[testclient]") {
   Fixture f;
-  const uint64_t total = 256ull << 20;
-  auto d = Tunnel::dial(f.channel, "source:" + std::to_string(total), 5s);
+  const uint64_t total = 256ull << 20;  // not scaled: the plateau check needs it
+  auto d = Tunnel::dial(f.channel, "source:" + std::to_string(total), 5s * kSlowFactor);
   REQUIRE(d.tunnel);
   // Nothing is read: the sender stalls after our inbox limit plus gRPC's buffers and windows.
-  REQUIRE(eventually([&] { return f.fake.source_sent() >= Tunnel::kInboxLimit; }, 5s));
+  REQUIRE(
+      eventually([&] { return f.fake.source_sent() >= Tunnel::kInboxLimit; }, 5s * kSlowFactor));
   uint64_t plateau = 0;
   // The plateau is reached when the count stops moving for a while.
   eventually(
@@ -192,7 +196,7 @@ TEST_CASE("tunnel: a reader that stops reading holds the sender back", "[testcli
         }
         return false;
       },
-      5s);
+      5s * kSlowFactor);
   CHECK(plateau < 64ull << 20);
   // Reading drains everything, in order.
   uint64_t got = 0;
@@ -209,9 +213,9 @@ TEST_CASE("tunnel: a reader that stops reading holds the sender back", "[testcli
 
 TEST_CASE("tunnel: throughput of one tunnel", "[testclient][perf]") {
   Fixture f;
-  const uint64_t total = 1ull << 30;
+  const uint64_t total = scaled_bytes(1ull << 30);
   SECTION("download") {
-    auto d = Tunnel::dial(f.channel, "source:" + std::to_string(total), 5s);
+    auto d = Tunnel::dial(f.channel, "source:" + std::to_string(total), 5s * kSlowFactor);
     REQUIRE(d.tunnel);
     auto start = Clock::now();
     uint64_t got = 0;
@@ -221,23 +225,23 @@ TEST_CASE("tunnel: throughput of one tunnel", "[testclient][perf]") {
     WARN("download " << (static_cast<double>(got) / secs / 1e9) << " GB/s");
   }
   SECTION("upload") {
-    auto d = Tunnel::dial(f.channel, "sink:1", 5s);
+    auto d = Tunnel::dial(f.channel, "sink:1", 5s * kSlowFactor);
     REQUIRE(d.tunnel);
     std::string block = distinct(4 << 20, 3);
     auto start = Clock::now();
     for (uint64_t sent = 0; sent < total; sent += block.size()) REQUIRE(d.tunnel->write(block));
-    REQUIRE(eventually([&] { return f.fake.seen().data_bytes == total; }, 30s));
+    REQUIRE(eventually([&] { return f.fake.seen().data_bytes == total; }, 30s * kSlowFactor));
     double secs = std::chrono::duration<double>(Clock::now() - start).count();
     WARN("upload " << (static_cast<double>(total) / secs / 1e9) << " GB/s");
-    CHECK(d.tunnel->close(2s) == "");
+    CHECK(d.tunnel->close(2s * kSlowFactor) == "");
   }
 }
 
 TEST_CASE("tunnel: http_get parses a chunked page", "[testclient]") {
   Fixture f;
-  auto d = Tunnel::dial(f.channel, "http:80", 5s);
+  auto d = Tunnel::dial(f.channel, "http:80", 5s * kSlowFactor);
   REQUIRE(d.tunnel);
-  HttpGetResult r = http_get(*d.tunnel, "http:80", "/index", 5s);
+  HttpGetResult r = http_get(*d.tunnel, "http:80", "/index", 5s * kSlowFactor);
   CHECK(r.error.empty());
   CHECK(r.code == 200);
   CHECK(r.body == "hello from fake");

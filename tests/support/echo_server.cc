@@ -22,8 +22,8 @@ std::string hex(const unsigned char* d, unsigned n) {
   return out;
 }
 
-asio::awaitable<void> echo(tcp::socket s, std::atomic<size_t>* active,
-                           std::atomic<uint64_t>* bytes, EchoServer* server, bool hash) {
+asio::awaitable<void> echo(tcp::socket s, std::atomic<size_t>* active, std::atomic<uint64_t>* bytes,
+                           EchoServer* server, bool hash) {
   std::vector<char> buf(256 * 1024);
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> md(nullptr, &EVP_MD_CTX_free);
   if (hash) {

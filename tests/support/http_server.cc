@@ -54,7 +54,8 @@ asio::awaitable<void> serve(tcp::socket s, HttpServer* server) {
     std::string target(line.substr(sp1 + 1, sp2 - sp1 - 1));
     std::string version(line.substr(sp2 + 1));
     std::string lowered = lower(request);
-    bool close = version == "HTTP/1.0" || lowered.find("\r\nconnection: close") != std::string::npos;
+    bool close =
+        version == "HTTP/1.0" || lowered.find("\r\nconnection: close") != std::string::npos;
 
     std::string body;
     uint64_t pattern_len = 0;

@@ -25,7 +25,8 @@ TEST_CASE("http server: pages, /bytes/N and 404", "[support]") {
   HttpServer http;
   http.add_page("/hello", "hello world\n");
 
-  std::string page = fetch_all(http.port(), "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  std::string page =
+      fetch_all(http.port(), "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   CHECK(page.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
   CHECK(page.find("Content-Length: 12\r\n") != std::string::npos);
   CHECK(page.substr(page.size() - 12) == "hello world\n");
@@ -45,8 +46,8 @@ TEST_CASE("http server: keep-alive serves requests in order", "[support]") {
   HttpServer http;
   http.add_page("/a", "A");
   http.add_page("/b", "BB");
-  std::string out = fetch_all(
-      http.port(), "GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\nConnection: close\r\n\r\n");
+  std::string out =
+      fetch_all(http.port(), "GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\nConnection: close\r\n\r\n");
   auto a = out.find("\r\n\r\nA");
   auto b = out.find("\r\n\r\nBB");
   CHECK(a != std::string::npos);

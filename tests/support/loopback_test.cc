@@ -1,12 +1,11 @@
 #include "tests/support/loopback.h"
 
 #include <arpa/inet.h>
+#include <cerrno>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <cerrno>
 
 #include <catch2/catch.hpp>
 

@@ -1,21 +1,20 @@
 #include "tests/support/process_runner.h"
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
+#include <fstream>
+#include <map>
 #include <signal.h>
+#include <sstream>
+#include <stdexcept>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <map>
-#include <sstream>
-#include <stdexcept>
 
 #include "tests/support/loopback.h"
 
@@ -120,9 +119,9 @@ Process::Process(ProcessOptions options) {
   envp.push_back(nullptr);
 
   int log_fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  int out_fd = options.stdout_path.empty()
-                   ? -1
-                   : open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int out_fd = options.stdout_path.empty() ? -1
+                                           : open(options.stdout_path.c_str(),
+                                                  O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   std::string in_path = options.stdin_path.empty() ? "/dev/null" : options.stdin_path;
   int in_fd = open(in_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (log_fd < 0 || in_fd < 0 || (!options.stdout_path.empty() && out_fd < 0)) {

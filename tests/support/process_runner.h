@@ -1,13 +1,12 @@
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
-#include <ctime>
 #include <cstdint>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <sys/types.h>
 #include <utility>
 #include <vector>
 
@@ -95,8 +94,8 @@ class Process {
 
 // Runs a process to completion (stdin /dev/null) and returns its exit status and output.
 struct RunResult {
-  int exit_code = -1;   // as Process::wait_exit; -1 when it timed out (and was killed)
-  std::string output;   // stderr and stdout together, unless stdout_path was given
+  int exit_code = -1;  // as Process::wait_exit; -1 when it timed out (and was killed)
+  std::string output;  // stderr and stdout together, unless stdout_path was given
   bool timed_out = false;
 };
 RunResult run_process(ProcessOptions options, std::chrono::milliseconds timeout = 10s);
@@ -109,7 +108,9 @@ bool eventually(Condition condition, std::chrono::milliseconds timeout) {
   for (;;) {
     if (condition()) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
-    struct timespec ts{0, 5'000'000};
+    struct timespec ts {
+      0, 5'000'000
+    };
     nanosleep(&ts, nullptr);
   }
 }

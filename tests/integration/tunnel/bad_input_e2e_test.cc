@@ -1,20 +1,17 @@
 // End-to-end robustness: malformed bytes and packets, untrusted or duplicate agents, bad flags.
 // After each abuse the daemon must still be running and serving dials.
+#include <arpa/inet.h>
+#include <cstring>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sstream>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-
-#include <cstring>
-#include <sstream>
-
+#include <catch2/catch.hpp>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
-
-#include <catch2/catch.hpp>
 
 #include "core/tls/grpc_credentials.h"
 #include "core/tunnel/packet.h"
@@ -258,7 +255,7 @@ TEST_CASE("e2e: malformed packets from a frontend", "[e2e][bad-input]") {
     std::ostringstream what;
     for (const auto& p : rest) what << describe(p) << "; ";
     WARN("DATA for a foreign connectID on an established stream -> " << what.str() << "status "
-                                                                    << st.error_code());
+                                                                     << st.error_code());
     CHECK(st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
   }
   check_still_serving(s);
@@ -271,8 +268,8 @@ TEST_CASE("e2e: malformed packets from an agent", "[e2e][bad-input]") {
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   auto creds = konn::core::tls::grpc_channel_credentials(s.certs.ca_crt, s.certs.agent_crt,
                                                          s.certs.agent_key);
-  auto channel = grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string(s.server.agent_port()), creds, args);
+  auto channel =
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(s.server.agent_port()), creds, args);
   auto stub = AgentService::NewStub(channel);
   auto open = [](auto& st, grpc::ClientContext* ctx) { return st.Connect(ctx); };
 

@@ -11,11 +11,14 @@
 #include "tests/integration/tunnel/e2e_util.h"
 #include "tests/integration/tunnel/tunnel_stack.h"
 #include "tests/support/loopback.h"
+#include "tests/support/sanitizers.h"
 
 using namespace konn::e2e;
 using konn::testclient::http_get;
 using konn::testclient::Tunnel;
 using konn::testsupport::eventually;
+using konn::testsupport::kSlowFactor;
+using konn::testsupport::scaled_bytes;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -35,7 +38,7 @@ TEST_CASE("e2e: a dial to a closed port fails with connection refused within 1 s
   auto took = ms_between(start, Clock::now());
   CHECK_FALSE(d.tunnel);
   CHECK(d.error.find("connection refused") != std::string::npos);
-  CHECK(took < 1000.0);
+  CHECK(took < 1000.0 * kSlowFactor);
   INFO("error: " << d.error);
   // The stack still works afterwards.
   auto ok = Tunnel::dial(s.channel, s.http.address(), 5s);
@@ -91,12 +94,11 @@ TEST_CASE("e2e: agent killed mid-transfer ends its tunnels and fails pending dia
   CHECK_FALSE(pending.tunnel);
   INFO("pending dial error: " << pending.error << "; tunnel A end: " << t.end_reason());
   CHECK(pending.error.find("dial timeout") == std::string::npos);
-  CHECK(ms_between(killed_at, pending_done) < 1000.0);
-  CHECK(ms_between(killed_at, a_ended) < 1000.0);
-  WARN("after SIGKILL of the agent: tunnel ended in " << ms_between(killed_at, a_ended)
-                                                      << " ms, pending dial failed in "
-                                                      << ms_between(killed_at, pending_done)
-                                                      << " ms (\"" << pending.error << "\")");
+  CHECK(ms_between(killed_at, pending_done) < 1000.0 * kSlowFactor);
+  CHECK(ms_between(killed_at, a_ended) < 1000.0 * kSlowFactor);
+  WARN("after SIGKILL of the agent: tunnel ended in "
+       << ms_between(killed_at, a_ended) << " ms, pending dial failed in "
+       << ms_between(killed_at, pending_done) << " ms (\"" << pending.error << "\")");
   t.close(2s);
   // The server itself is fine: with no agent left, dials fail fast instead of hanging.
   auto none = Tunnel::dial(s.channel, s.http.address(), 5s);
@@ -116,10 +118,10 @@ TEST_CASE("e2e: after a server restart the agent reconnects within the sync cap"
   REQUIRE(backed_off);
   s.server.start();
   auto up = Clock::now();
-  REQUIRE(s.server.wait_agent_connected("agent-1", 5s));
+  REQUIRE(s.server.wait_agent_connected("agent-1", 5s * kSlowFactor));
   double reconnect_ms = ms_between(up, Clock::now());
   // --sync-interval-cap=1s, plus jitter (10%) and one TLS handshake.
-  CHECK(reconnect_ms < 1500.0);
+  CHECK(reconnect_ms < 1500.0 * kSlowFactor);
   WARN("agent reconnected " << reconnect_ms << " ms after the server was listening again");
 
   auto channel = s.server.new_channel();

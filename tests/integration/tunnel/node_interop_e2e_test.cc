@@ -1,8 +1,7 @@
 // Interop: an independent gRPC implementation (Node grpc-js) drives the frontend.
-#include <unistd.h>
-
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 

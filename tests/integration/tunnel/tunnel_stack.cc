@@ -92,7 +92,8 @@ std::unique_ptr<Process> start_agent(const testsupport::TempDir& dir,
             "--sync-interval=100ms",
             "--sync-interval-cap=1s"};
   if (!spec.no_client_cert) {
-    o.args.push_back("--agent-cert=" + (spec.agent_cert.empty() ? certs.agent_crt : spec.agent_cert));
+    o.args.push_back("--agent-cert=" +
+                     (spec.agent_cert.empty() ? certs.agent_crt : spec.agent_cert));
     o.args.push_back("--agent-key=" + (spec.agent_key.empty() ? certs.agent_key : spec.agent_key));
   }
   o.args.insert(o.args.end(), spec.extra_args.begin(), spec.extra_args.end());
