@@ -89,7 +89,7 @@ start_server() {  # name → sets SERVER_PID, PROXY
     direct) SERVER_PID=""; PROXY=""; return ;;
     konn)
       "$BUILD/bin/socks5" --bind-address=127.0.0.1 --port="$port" --log-level=warn \
-        --max-sessions=0 --idle-timeout=0 >"$WORK/konn.log" 2>&1 &
+        >"$WORK/konn.log" 2>&1 &
       ;;
     dante)
       cat >"$WORK/danted.conf" <<CONF
