@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <stdexcept>
 
 #include <grpcpp/security/server_credentials.h>
@@ -45,6 +46,11 @@ ServerApp::ServerApp(const ServerOptions& options)
 ServerApp::~ServerApp() { shutdown(); }
 
 void ServerApp::start() {
+  if (auto ciphers = options_.openssl_ciphers(); !ciphers.empty()) {
+    // gRPC core reads its TLS 1.2 cipher list from the environment, once, for every listener.
+    ::setenv("GRPC_SSL_CIPHER_SUITES", ciphers.c_str(), 1);
+    KONN_LOG(log_, info, "TLS 1.2 cipher suites restricted to {}", ciphers);
+  }
   timers_guard_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
       timers_.get_executor());
   timer_thread_ = std::thread([this] { timers_.run(); });
@@ -155,7 +161,7 @@ void ServerApp::start_http_connect() {
     tls.client_ca_file = options_.server_ca_cert;
     tls.alpn = {"http/1.1"};
     http_connect_->listen_tls(options_.server_bind_address, options_.server_port, tls,
-                              options_.cert_reload_interval);
+                              options_.cert_reload_interval, options_.openssl_ciphers());
     frontend_port_ = http_connect_->port();
     KONN_LOG(log_, info, "frontend (http-connect, mTLS) listening on {}",
              bind_spec(options_.server_bind_address, frontend_port_));

@@ -2,8 +2,11 @@
 
 #include <cstdlib>
 
+#include <openssl/ssl.h>
+
 #include "core/config/duration.h"
 #include "core/config/uuid.h"
+#include "core/tls/cipher_suites.h"
 #include "core/tunnel/packet.h"
 
 namespace konn::server {
@@ -146,11 +149,14 @@ std::vector<std::string> ServerOptions::validate() const {
   }
   if (!port_ok(admin_port)) errors.push_back("--admin-port: must be 0-65535");
   if (!port_ok(health_port)) errors.push_back("--health-port: must be 0-65535");
-  if (!tls_min_version.empty() && tls_min_version != "VersionTLS12" &&
-      tls_min_version != "VersionTLS13" && tls_min_version != "VersionTLS10" &&
-      tls_min_version != "VersionTLS11") {
-    errors.push_back("--tls-min-version: unknown version \"" + tls_min_version + "\"");
+  if (core::tls::openssl_min_version(tls_min_version, &errors) == TLS1_3_VERSION) {
+    // Refused rather than silently weaker: gRPC C++ 1.51 (Debian bookworm) has no way to raise
+    // the floor of its TLS listeners, and the agent listener is always gRPC.
+    errors.push_back(
+        "--tls-min-version: VersionTLS13 cannot be enforced on the gRPC listeners with gRPC C++ "
+        "1.51; TLS 1.2 is the floor");
   }
+  core::tls::openssl_cipher_list(cipher_suites, &errors);
   return errors;
 }
 
@@ -163,6 +169,11 @@ void ServerOptions::print(spdlog::logger& log) const {
            agent_bind_address, agent_port, !cluster_ca_cert.empty(), server_id, server_count,
            fmt::join(proxy_strategies, ","), xfr_channel_size,
            format_go_duration(backend_dial_timeout));
+}
+
+std::string ServerOptions::openssl_ciphers() const {
+  std::vector<std::string> ignored;
+  return core::tls::openssl_cipher_list(cipher_suites, &ignored);
 }
 
 size_t ServerOptions::tunnel_queue_cap_bytes() const {

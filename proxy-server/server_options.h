@@ -89,6 +89,8 @@ struct ServerOptions {
 
   // A tunnel whose queue towards a peer without flow control passes this is closed alone.
   size_t tunnel_queue_cap_bytes() const;
+  // --cipher-suites as an OpenSSL list ("" when not set); call after validate() passed.
+  std::string openssl_ciphers() const;
 };
 
 }  // namespace konn::server

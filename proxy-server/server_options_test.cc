@@ -84,6 +84,26 @@ TEST_CASE("every invalid server option is reported, naming the flag", "[server]"
   CHECK(mentions(errors, "--keepalive-time: invalid duration"));
 }
 
+TEST_CASE("TLS suites and versions are checked like upstream, and never weakened", "[server]") {
+  ServerOptions o;
+  auto errors = parse(o, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                          "--cluster-key=k",
+                          "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_RC4_128_SHA",
+                          "--tls-min-version=VersionTLS10"});
+  CHECK(mentions(errors, "TLS_RSA_WITH_RC4_128_SHA is insecure"));
+  CHECK(mentions(errors, "VersionTLS10 is refused"));
+  ServerOptions ok;
+  auto fine = parse(ok, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                         "--cluster-key=k", "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                         "--tls-min-version=VersionTLS12"});
+  CHECK(fine.empty());
+  CHECK(ok.openssl_ciphers() == "ECDHE-RSA-AES128-GCM-SHA256");
+  ServerOptions v13;
+  CHECK(mentions(parse(v13, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                             "--cluster-key=k", "--tls-min-version=VersionTLS13"}),
+                 "cannot be enforced"));
+}
+
 TEST_CASE("a TCP frontend requires its certificates and mTLS CA", "[server]") {
   ServerOptions o;
   auto errors = parse(o, {"--server-port=8090", "--cluster-cert=c", "--cluster-key=k"});

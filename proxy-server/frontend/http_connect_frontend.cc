@@ -500,9 +500,11 @@ void HttpConnectServer::listen_unix(const std::string& path, bool delete_existin
 }
 
 void HttpConnectServer::listen_tls(const std::string& address, int port,
-                                   core::tls::ServerTlsConfig tls, std::chrono::nanoseconds reload) {
+                                   core::tls::ServerTlsConfig tls, std::chrono::nanoseconds reload,
+                                   std::string ciphers) {
   tls_config_ = std::move(tls);
-  tls_ = core::tls::make_server_context(tls_config_);
+  tls_ciphers_ = std::move(ciphers);
+  tls_ = build_tls();
   tls_stamp_ = tls_files_stamp();
   tls_reload_ = reload;
   if (reload.count() > 0) {
@@ -513,6 +515,16 @@ void HttpConnectServer::listen_tls(const std::string& address, int port,
       core::net::listen_tcp(accept_ctx_, address, static_cast<uint16_t>(port)));
   port_ = tcp_acceptor_->local_endpoint().port();
   accept_tcp();
+}
+
+std::shared_ptr<asio::ssl::context> HttpConnectServer::build_tls() const {
+  auto ctx = core::tls::make_server_context(tls_config_);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  if (!tls_ciphers_.empty() &&
+      SSL_CTX_set_cipher_list(ctx->native_handle(), tls_ciphers_.c_str()) != 1) {
+    throw std::runtime_error("cipher suites not accepted by OpenSSL: " + tls_ciphers_);
+  }
+  return ctx;
 }
 
 std::string HttpConnectServer::tls_files_stamp() const {
@@ -535,7 +547,7 @@ void HttpConnectServer::watch_tls_files() {
     auto stamp = tls_files_stamp();
     if (stamp != tls_stamp_) {
       try {
-        tls_ = core::tls::make_server_context(tls_config_);
+        tls_ = build_tls();
         tls_stamp_ = stamp;
         KONN_LOG(core::log::get("server.http-connect"), info,
                  "frontend TLS certificate files changed: new connections use them");

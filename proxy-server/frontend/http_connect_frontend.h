@@ -39,8 +39,9 @@ class HttpConnectServer {
   // Listen on TCP with TLS (client certificates required when `tls` names a client CA). With
   // `reload` > 0 the certificate, key and CA files are checked that often and, when one changed,
   // new connections use a context built from the new files; open tunnels are untouched.
+  // `ciphers` (an OpenSSL list, "" for the default) restricts TLS 1.2 suites.
   void listen_tls(const std::string& address, int port, core::tls::ServerTlsConfig tls,
-                  std::chrono::nanoseconds reload);
+                  std::chrono::nanoseconds reload, std::string ciphers);
   int port() const { return port_; }
   void stop();
 
@@ -48,6 +49,7 @@ class HttpConnectServer {
   void accept_unix();
   void accept_tcp();
   void watch_tls_files();
+  std::shared_ptr<asio::ssl::context> build_tls() const;
   std::string tls_files_stamp() const;
 
   Router& router_;
@@ -57,6 +59,7 @@ class HttpConnectServer {
   std::unique_ptr<asio::ip::tcp::acceptor> tcp_acceptor_;
   std::shared_ptr<asio::ssl::context> tls_;  // used and replaced on accept_ctx_ only
   core::tls::ServerTlsConfig tls_config_;
+  std::string tls_ciphers_;
   std::string tls_stamp_;
   std::chrono::nanoseconds tls_reload_{0};
   std::unique_ptr<asio::steady_timer> tls_timer_;

@@ -1,0 +1,55 @@
+// --cipher-suites (upstream's Go names) restricts TLS 1.2 suites on every TLS listener: the gRPC
+// agent port and the HTTP CONNECT frontend.
+#include <catch2/catch.hpp>
+
+#include "tests/integration/tunnel/tunnel_stack.h"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// The cipher negotiated by a TLS 1.2 handshake offering only `cipher`, or "(NONE)".
+std::string negotiated(uint16_t port, const std::string& cipher,
+                       const konn::testsupport::TestCerts& certs) {
+  konn::testsupport::ProcessOptions o;
+  o.binary = "sh";
+  o.search_path = true;
+  o.args = {"-c", "openssl s_client -tls1_2 -cipher " + cipher + " -alpn h2,http/1.1 -cert " +
+                      certs.client_crt + " -key " + certs.client_key + " -connect 127.0.0.1:" +
+                      std::to_string(port) + " </dev/null 2>&1 | grep -o 'Cipher is [^ ]*' | head -1"};
+  return konn::testsupport::run_process(o, 10s).output;
+}
+
+}  // namespace
+
+TEST_CASE("--cipher-suites restricts TLS 1.2 suites on the agent port and the CONNECT frontend",
+          "[e2e][tls]") {
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir("konn-ciphers");
+  konn::e2e::ServerSpec spec;
+  spec.tcp_frontend = true;
+  spec.extra_args = {"--mode=http-connect",
+                     "--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"};
+  konn::e2e::ServerProcess server(dir, certs, spec);
+  server.start();
+  for (uint16_t port : {server.agent_port(), server.frontend_port()}) {
+    INFO("port " << port);
+    CHECK(negotiated(port, "ECDHE-ECDSA-AES128-GCM-SHA256", certs).find(
+              "Cipher is ECDHE-ECDSA-AES128-GCM-SHA256") != std::string::npos);
+    CHECK(negotiated(port, "ECDHE-ECDSA-AES256-GCM-SHA384", certs).find("Cipher is (NONE)") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("insecure or unknown TLS settings stop the server with a message naming them",
+          "[e2e][tls]") {
+  konn::testsupport::ProcessOptions o;
+  o.binary = konn::testsupport::Process::bin_path("proxy-server");
+  o.args = {"--uds-name=/tmp/konn-never.sock", "--server-port=0", "--cluster-cert=c",
+            "--cluster-key=k", "--cipher-suites=TLS_RSA_WITH_RC4_128_SHA",
+            "--tls-min-version=VersionTLS11"};
+  auto r = konn::testsupport::run_process(o, 10s);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("TLS_RSA_WITH_RC4_128_SHA is insecure") != std::string::npos);
+  CHECK(r.output.find("VersionTLS11 is refused") != std::string::npos);
+}
