@@ -17,14 +17,14 @@ class YamlConfig : public CLI::Config {
  public:
   std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
   std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
-    std::vector<CLI::ConfigItem> items;
+    std::vector<CLI::ConfigItem> out;
     for (auto& [key, values] : load_yaml_flags(in)) {
       CLI::ConfigItem item;
       item.name = key;
       item.inputs = std::move(values);
-      items.push_back(std::move(item));
+      out.push_back(std::move(item));
     }
-    return items;
+    return out;
   }
 };
 
