@@ -66,6 +66,7 @@ struct Session {
   grpc::ServerReaderWriter<Packet, Packet>* stream = nullptr;
   std::multimap<std::string, std::string> request_headers;
   std::string server_id;
+  std::string authority;  // host:port the agent dialled
 
   std::mutex mu;
   std::condition_variable cv;
@@ -193,6 +194,8 @@ class FakeProxyServer final : public AgentService::Service {
     auto s = std::make_shared<Session>();
     s->ctx = ctx;
     s->stream = stream;
+    auto authority = ctx->ExperimentalGetAuthority();
+    s->authority.assign(authority.data(), authority.size());
     for (const auto& [k, v] : ctx->client_metadata()) {
       s->request_headers.emplace(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
     }
@@ -745,5 +748,33 @@ TEST_CASE("without flow control a stuck endpoint is closed alone at its cap", "[
   CHECK(app.stats().queue_overflow_closes == 1);
   REQUIRE(s->write(tunnel::make_data(fast, "still flowing")));
   CHECK(s->take_data(fast, 13) == "still flowing");
+  app.stop();
+}
+
+TEST_CASE("--sync-forever keeps dialing and drops duplicates", "[agent][set]") {
+  FakeProxyServer server({});  // always server-1, servercount 1
+  auto opts = agent_options(server.port());
+  opts.sync_forever = true;
+  AgentApp app(opts);
+  app.start();
+  REQUIRE(server.session(3));
+  CHECK(app.servers().connected() == 1);
+  REQUIRE(eventually([&] { return app.stats().duplicate_servers >= 2; }));
+  app.stop();
+}
+
+TEST_CASE("several --proxy-server-host values are dialled in turn", "[agent][set]") {
+  FakeProxyServer::Config cfg;
+  cfg.server_ids = {"s1", "s2"};
+  cfg.server_count = 2;
+  FakeProxyServer server(cfg);
+  auto opts = agent_options(server.port());
+  opts.proxy_server_hosts = {"127.0.0.1", "localhost"};  // the test certificate names both
+  AgentApp app(opts);
+  app.start();
+  REQUIRE(eventually([&] { return app.servers().connected() == 2; }));
+  auto port = std::to_string(server.port());
+  CHECK(server.session(0)->authority == "127.0.0.1:" + port);
+  CHECK(server.session(1)->authority == "localhost:" + port);
   app.stop();
 }
