@@ -1,5 +1,6 @@
 #include "socks5/session.h"
 
+#include <asio/co_spawn.hpp>
 #include <asio/read.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
@@ -36,6 +37,12 @@ core::io::Awaitable<bool> read_more(tcp::socket& s, std::vector<uint8_t>& buf) {
                                             core::io::use_nothrow);
   buf.resize(old + n);
   co_return !ec || n > 0;
+}
+
+// Runs on SessionEnv::auth_executor (its own threads), by value: the session may time out and
+// leave while the hash is computed.
+core::io::Awaitable<bool> verify_password(UserDb* users, std::string user, std::string password) {
+  co_return users->verify(user, password);
 }
 
 void consume(std::vector<uint8_t>& buf, size_t n) {
@@ -86,7 +93,12 @@ core::io::Awaitable<std::optional<codec::Request>> handshake(tcp::socket& client
         co_return std::nullopt;
       }
     }
-    bool ok = a.status == ParseStatus::Complete && env.users->verify(a.value.user, a.value.password);
+    bool ok = false;
+    if (a.status == ParseStatus::Complete) {
+      ok = co_await asio::co_spawn(env.auth_executor,
+                                   verify_password(env.users, a.value.user, a.value.password),
+                                   asio::use_awaitable);
+    }
     if (a.status == ParseStatus::Complete) info.user = a.value.user;
     auto st = codec::encode_auth_status(ok ? codec::kAuthSuccess : codec::kAuthFailure);
     std::vector<uint8_t> st_bytes(st.begin(), st.end());

@@ -92,6 +92,9 @@ struct SessionEnv {
   const Socks5Options& options;
   UserDb* users;  // nullptr: no authentication (method 00)
   core::net::Resolver& resolver;  // the one of this session's io_context
+  // Where password hashes are checked: crypt(3) SHA-512 takes milliseconds of CPU, which must
+  // not stall the other sessions of this session's thread.
+  asio::any_io_executor auth_executor;
 };
 
 // One client connection, from greeting to close: greet → auth → request → dial → reply →

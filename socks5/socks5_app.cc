@@ -71,6 +71,8 @@ void Socks5App::open_listeners() {
 }
 
 Socks5App::~Socks5App() {
+  auth_pool_.stop();
+  auth_pool_.join();
   pool_.stop();
   // Resolvers hold descriptors registered with the pool's contexts: release them first.
   resolvers_.clear();
@@ -109,7 +111,8 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor) {
       KONN_LOG(logger(), warn, "refused {}: {}", peer.address().to_string(), refusal);
       continue;  // the socket closes here
     }
-    SessionEnv env{options_, users_.get(), resolver_for(socket.get_executor())};
+    SessionEnv env{options_, users_.get(), resolver_for(socket.get_executor()),
+                   auth_pool_.get_executor()};
     // The session starts on this thread and stays on it.
     auto ex = socket.get_executor();
     asio::co_spawn(ex, run_session(std::move(socket), env, std::move(slot)), asio::detached);

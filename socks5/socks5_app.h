@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <asio/io_context.hpp>
+#include <asio/thread_pool.hpp>
 #include <asio/ip/tcp.hpp>
 
 #include "core/io/worker_pool.h"
@@ -41,6 +42,7 @@ class Socks5App {
 
   const Socks5Options& options_;
   std::unique_ptr<UserDb> users_;
+  asio::thread_pool auth_pool_{1};  // password hashing, off the I/O threads
   SessionRegistry registry_;
   asio::io_context main_;
   core::io::WorkerPool pool_;  // after everything sessions use: destroyed before it
