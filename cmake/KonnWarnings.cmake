@@ -1,7 +1,11 @@
 # Warnings for project code (never for generated protobuf code).
 function(konn_set_warnings target)
   target_compile_options(${target} PRIVATE
-    -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast)
+    -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
+    # Exception: g++ 12 at -O2 reports every Asio C++20 coroutine frame as freed by a
+    # "mismatched" operator delete (awaitable_frame_base's own new/delete pair); a known false
+    # positive, so this one diagnostic stays off.
+    -Wno-mismatched-new-delete)
   if(KONN_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
