@@ -5,14 +5,16 @@
 #     demo-origin     127.0.0.1:18080   a tiny HTTP server standing in for a node or webhook
 #     proxy-server    frontend unix:.run/konn.sock (grpc mode), agents on 127.0.0.1:8091 (mTLS)
 #     proxy-agent     connected to the server, dialing what it is asked to
-#     socks5          127.0.0.1:1080    (when built)
-#     kubeproxy-http  127.0.0.1:8001    (when built)
+#     socks5          127.0.0.1:1080    SOCKS5 (no auth on loopback)
+#     kubeproxy-http  127.0.0.1:8001    kubectl-proxy style, in front of your current kubeconfig
+#                                       context, or else of a local fake apiserver (TLS, token)
 #   then prints what to try. Logs and pids go to .run/. Stop everything with: scripts/dev-up.sh stop
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 run="$root/.run"
-bin="$root/build/release/bin"
+# The same optimised build the test suite uses (preset ci), so the two README commands share it.
+bin="$root/build/ci/bin"
 
 stop_all() {
   if [ -d "$run/pids" ]; then
@@ -33,13 +35,11 @@ fi
 bash scripts/setup.sh
 launcher=()
 if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake --preset release -DKONN_BUILD_TESTS=OFF "${launcher[@]}" >/dev/null
-targets=(proxy-server proxy-agent proxy-test-client demo-origin)
-for t in socks5 kubeproxy-http; do
-  if grep -q "konn_add_executable($t" "$t/CMakeLists.txt" 2>/dev/null; then targets+=("$t"); fi
-done
-echo "building ${targets[*]} (release) ..."
-cmake --build --preset release -j "$(nproc)" --target "${targets[@]}"
+cmake --preset ci "${launcher[@]}" >/dev/null
+targets=(proxy-server proxy-agent proxy-test-client demo-origin socks5 kubeproxy-http
+         kubeproxy-fake-apiserver)
+echo "building ${targets[*]} (optimised) ..."
+cmake --build --preset ci -j "$(nproc)" --target "${targets[@]}"
 
 stop_all
 mkdir -p "$run/pids" "$run/logs"
@@ -77,6 +77,34 @@ start proxy-agent "$bin/proxy-agent" --proxy-server-host=127.0.0.1 --proxy-serve
   --agent-id=dev-agent --agent-identifiers="host=localhost&ipv4=127.0.0.1"
 wait_for_log proxy-server "agent connected"
 
+start socks5 "$bin/socks5" --bind-address=127.0.0.1 --port=1080
+wait_for_log socks5 "listening"
+
+kube_args=(--port=8001)
+if kubectl config current-context >/dev/null 2>&1; then
+  kube_note="in front of your kubeconfig context $(kubectl config current-context)"
+else
+  start fake-apiserver "$bin/kubeproxy-fake-apiserver" --cert "$certs/server.crt" \
+    --key "$certs/server.key" --token dev-token
+  wait_for_log fake-apiserver "listening on"
+  api=$(sed -n 's/^listening on //p' "$run/logs/fake-apiserver.log" | head -1)
+  cat >"$run/kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- {name: dev, cluster: {server: "https://$api", certificate-authority: $certs/ca.crt}}
+users:
+- {name: dev, user: {token: dev-token}}
+contexts:
+- {name: dev, context: {cluster: dev, user: dev}}
+current-context: dev
+KC
+  kube_args+=(--kubeconfig="$run/kubeconfig")
+  kube_note="in front of a local fake apiserver at https://$api (no kubeconfig context found)"
+fi
+start kubeproxy-http "$bin/kubeproxy-http" "${kube_args[@]}"
+wait_for_log kubeproxy-http "Starting to serve on"
+
 cat <<TRY
 
 konn is up (logs in .run/logs, stop with: scripts/dev-up.sh stop)
@@ -86,6 +114,12 @@ konn is up (logs in .run/logs, stop with: scripts/dev-up.sh stop)
         --request-host=127.0.0.1 --request-port=18080 --request-path=/hello
 
   Pipe bytes through a tunnel:
-    echo ping | $bin/proxy-test-client --proxy-uds=$run/konn.sock \\
+    printf 'GET /piped HTTP/1.0\\r\\n\\r\\n' | $bin/proxy-test-client --proxy-uds=$run/konn.sock \\
         --request-host=127.0.0.1 --request-port=18080 --pipe
+
+  Through SOCKS5, names resolved by the proxy (what HTTPS_PROXY=socks5h://... does):
+    curl --socks5-hostname 127.0.0.1:1080 http://localhost:18080/socks
+
+  kubectl proxy, the konn way ($kube_note):
+    curl http://127.0.0.1:8001/api/
 TRY
