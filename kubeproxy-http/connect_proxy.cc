@@ -141,6 +141,7 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
     auto [uec, un] = co_await d.stream->write(asio::buffer(rest));
     if (uec) co_return;
   }
+  if (options_.access_log) log_->info("{} \"CONNECT {}\" 200 established", peer, destination);
   auto start = std::chrono::steady_clock::now();
   auto stats = co_await relay_streams(client, *d.stream);
   if (options_.access_log) {

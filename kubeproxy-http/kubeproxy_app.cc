@@ -55,12 +55,25 @@ struct KubeproxyApp::Impl {
   void start_session(Socket sock, std::string peer) {
     auto ex = sock.get_executor();
     if (listener_tls) {
-      if constexpr (std::is_same_v<Socket, asio::ip::tcp::socket>) {
-        asio::co_spawn(ex, tls_session(std::move(sock), std::move(peer)), asio::detached);
+      if constexpr (std::is_same_v<typename Socket::protocol_type, asio::ip::tcp>) {
+        asio::co_spawn(ex, tls_session(asio::ip::tcp::socket(std::move(sock)), std::move(peer)),
+                       log_failure());
       }
       return;
     }
-    asio::co_spawn(ex, session(ByteStream(std::move(sock)), std::move(peer)), asio::detached);
+    asio::co_spawn(ex, session(ByteStream(std::move(sock)), std::move(peer)), log_failure());
+  }
+
+  // Completion of a session coroutine: an exception there is a bug; log it rather than lose it.
+  auto log_failure() {
+    return [l = log](const std::exception_ptr& e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        l->error("session ended by an exception: {}", ex.what());
+      }
+    };
   }
 
   core::io::Awaitable<void> tls_session(asio::ip::tcp::socket sock, std::string peer) {
@@ -97,13 +110,14 @@ struct KubeproxyApp::Impl {
         continue;
       }
       std::string peer = "unix";
-      if constexpr (std::is_same_v<decltype(sock), asio::ip::tcp::socket>) {
+      if constexpr (std::is_same_v<typename decltype(sock)::protocol_type, asio::ip::tcp>) {
         std::error_code pec;
         auto ep = sock.remote_endpoint(pec);
         if (!pec) {
           peer = core::net::HostPort{ep.address().to_string(), ep.port()}.to_string();
         }
-        core::net::set_nodelay(sock);
+        std::error_code ignored;
+        sock.set_option(asio::ip::tcp::no_delay(true), ignored);
       }
       start_session(std::move(sock), std::move(peer));
     }

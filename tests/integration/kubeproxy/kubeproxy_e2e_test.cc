@@ -141,6 +141,15 @@ class Child {
       std::this_thread::sleep_for(10ms);
     }
   }
+  // Waits until stderr contains `needle` (log lines are written asynchronously).
+  bool wait_err(const std::string& needle, Clock::duration limit = 10s) {
+    auto deadline = Clock::now() + limit;
+    while (slurp(err_).find(needle) == std::string::npos) {
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
+  }
   int code() const { return code_; }
   std::string out() const { return slurp(out_); }
   std::string err() const { return slurp(err_); }
@@ -537,7 +546,7 @@ TEST_CASE("CONNECT mode for kubectl and curl", "[kubeproxy][e2e]") {
                {{"HTTPS_PROXY", proxy}});
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("APIVersions"));
-  CHECK_THAT(cp->err(), Catch::Contains("CONNECT 127.0.0.1:" + std::to_string(f.api_port)));
+  CHECK(cp->wait_err("CONNECT 127.0.0.1:" + std::to_string(f.api_port)));
 
   std::string api = "https://127.0.0.1:" + std::to_string(f.api_port) + "/api";
   r = run({"curl", "-sS", "-p", "-x", proxy, "--cacert", (f.dir.path / "ca.crt").string(), "-H",
@@ -607,5 +616,49 @@ TEST_CASE("forwarder honours proxy-url, for upgrades too", "[kubeproxy][e2e]") {
   CHECK(c.read_until_contains("ping") == "ping");
   c.shutdown_write();
   CHECK(c.read_to_eof() == "pingBYE\n");
-  CHECK_THAT(cp->err(), Catch::Contains("CONNECT 127.0.0.1:" + std::to_string(f.api_port)));
+  CHECK(cp->wait_err("CONNECT 127.0.0.1:" + std::to_string(f.api_port)));
+}
+
+TEST_CASE("unix socket, api prefix and static files", "[kubeproxy][e2e]") {
+  Fixture f;
+  fs::create_directories(f.dir.path / "www");
+  std::ofstream(f.dir.path / "www" / "index.html") << "<h1>hello</h1>\n";
+  std::string sock = (f.dir.path / "kp.sock").string();
+  Child kp({bin("kubeproxy-http"), "--kubeconfig=" + f.kubeconfig(), "-u", sock,
+            "--api-prefix=/custom/", "-w", (f.dir.path / "www").string(), "-P", "/static/"},
+           f.dir.path, "kp");
+  CHECK_THAT(kp.wait_output("Starting to serve on"), Catch::StartsWith("Starting to serve on " + sock));
+  CHECK((fs::status(sock).permissions() & (fs::perms::group_all | fs::perms::others_all)) ==
+        fs::perms::none);
+  auto r = run({"curl", "-sS", "-i", "--unix-socket", sock, "http://localhost/custom/api/"},
+               f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK") && Catch::Contains("APIVersions"));
+  r = run({"curl", "-sS", "-i", "--unix-socket", sock, "http://localhost/api/"}, f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 404 Not Found"));
+  r = run({"curl", "-sS", "-i", "--unix-socket", sock, "http://localhost/static/index.html"},
+          f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK") && Catch::EndsWith("<h1>hello</h1>\n"));
+  r = run({"curl", "-sS", "-i", "--unix-socket", sock, "http://localhost/static/../config"},
+          f.dir.path);
+  CHECK_THAT(r.out, !Catch::Contains("s3cret"));
+}
+
+TEST_CASE("hardened listener: TLS and a required caller token", "[kubeproxy][e2e]") {
+  Fixture f;
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig(),
+                           "--tls-cert-file=" + (f.dir.path / "server.crt").string(),
+                           "--tls-private-key-file=" + (f.dir.path / "server.key").string(),
+                           "--require-token=caller-token", "--access-log"},
+                          "kp", &port);
+  std::string url = "https://127.0.0.1:" + std::to_string(port) + "/headers";
+  std::string ca = (f.dir.path / "ca.crt").string();
+  auto r = run({"curl", "-sS", "-i", "--cacert", ca, url}, f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 401 Unauthorized"));
+  r = run({"curl", "-sS", "-i", "--cacert", ca, "-H", "Authorization: Bearer caller-token", url},
+          f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK"));
+  // The caller's token is replaced by the kubeconfig's.
+  CHECK_THAT(r.out, Catch::Contains("\"Authorization\":[\"Bearer s3cret\"]"));
+  CHECK(kp->wait_err("\"GET /headers\" 200"));
 }
