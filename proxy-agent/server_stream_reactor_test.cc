@@ -683,7 +683,7 @@ TEST_CASE("drain sends DRAIN and finishes once tunnels are gone", "[agent][set]"
   CHECK(s->wait_ended());  // graceful: the agent half-closed and the server finished
 }
 
-TEST_CASE("readiness follows the server connection; metrics keep upstream names", "[agent][admin]") {
+TEST_CASE("readiness follows the server connection, metrics keep upstream names", "[agent][admin]") {
   auto server = std::make_unique<FakeProxyServer>(FakeProxyServer::Config{});
   Endpoint echo;
   AgentApp app(agent_options(server->port()));

@@ -135,7 +135,7 @@ konn::socks5::Socks5Options defaults() {
 
 }  // namespace
 
-TEST_CASE("CONNECT byte by byte; the reply carries the address the destination saw", "[session]") {
+TEST_CASE("CONNECT byte by byte, the reply carries the address the destination saw", "[session]") {
   EchoServer echo;
   TestServer server(defaults());
   Client c(server.endpoint());

@@ -62,7 +62,7 @@ TEST_CASE("pflag-style values are accepted", "[config]") {
   CHECK(o.strategies == std::vector<std::string>{"destHost", "default"});
 }
 
-TEST_CASE("a bare boolean flag means true; a short alias works", "[config]") {
+TEST_CASE("a bare boolean flag means true, a short alias works", "[config]") {
   Opts o;
   o.del = false;
   auto r = run(o, {"--delete-existing-uds-file", "-p", "9000"});
@@ -88,7 +88,7 @@ TEST_CASE("every bad value is reported at once, naming its flag", "[config]") {
   CHECK(reported("no-such-flag"));
 }
 
-TEST_CASE("a YAML file supplies values; the command line wins", "[config]") {
+TEST_CASE("a YAML file supplies values, the command line wins", "[config]") {
   std::string path = "flag_parser_test_" + std::to_string(::getpid()) + ".yaml";
   {
     std::ofstream f(path);

@@ -48,7 +48,7 @@ TEST_CASE("base64 decoding", "[kubeconfig]") {
   CHECK_FALSE(decode_base64("a*b"));
 }
 
-TEST_CASE("relative paths resolve against the file; data fields decode", "[kubeconfig]") {
+TEST_CASE("relative paths resolve against the file, data fields decode", "[kubeconfig]") {
   TempDir d;
   d.write("sub/ca.crt", "CA-PEM");
   d.write("sub/token", "tok-from-file\n");

@@ -6,7 +6,7 @@
 
 using namespace konn::core::tls;
 
-TEST_CASE("Go cipher suite names map to OpenSSL's; insecure and unknown ones are refused",
+TEST_CASE("Go cipher suite names map to OpenSSL's, insecure and unknown ones are refused",
           "[tls]") {
   std::vector<std::string> errors;
   auto list = openssl_cipher_list({"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",

@@ -56,7 +56,7 @@ class CountingListener : public WriteListener {
 
 }  // namespace
 
-TEST_CASE("one write in flight; waiting DATA of a tunnel is merged", "[tunnel]") {
+TEST_CASE("one write in flight, waiting DATA of a tunnel is merged", "[tunnel]") {
   auto s = FakeStream::create();
   auto l = std::make_shared<CountingListener>();
   REQUIRE(s->send(make_data(1, std::string(100, 'a')), l));
@@ -93,7 +93,7 @@ TEST_CASE("graceful close flushes, then finishes once", "[tunnel]") {
   CHECK(s->finishes == 1);
 }
 
-TEST_CASE("abort drops the queue and cancels; finish follows the in-flight write", "[tunnel]") {
+TEST_CASE("abort drops the queue and cancels, finish follows the in-flight write", "[tunnel]") {
   auto s = FakeStream::create();
   s->send(make_data(1, std::string(10, 'x')));
   s->send(make_data(2, std::string(10, 'y')));

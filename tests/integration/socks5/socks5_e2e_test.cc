@@ -129,7 +129,7 @@ TEST_CASE("curl with user:pass against a crypt(3) users file", "[e2e]") {
   CHECK(curl({"-x", "socks5://alice:wonder%20land@127.0.0.1:" + port, url}).exit_code == 97);
 }
 
-TEST_CASE("a rule denial gets 02 and a log line; the YAML config file sets the same keys",
+TEST_CASE("a rule denial gets 02 and a log line, the YAML config file sets the same keys",
           "[e2e]") {
   TempDir dir;
   HttpServer http("allowed\n");
