@@ -752,7 +752,7 @@ TEST_CASE("without flow control a stuck endpoint is closed alone at its cap", "[
   app.stop();
 }
 
-TEST_CASE("--sync-forever keeps dialing and drops duplicates", "[agent][set]") {
+TEST_CASE("sync-forever keeps dialing and drops duplicates", "[agent][set]") {
   FakeProxyServer server({});  // always server-1, servercount 1
   auto opts = agent_options(server.port());
   opts.sync_forever = true;

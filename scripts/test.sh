@@ -6,11 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
-# catch_discover_tests cuts a test name at ';' and ctest then counts the never-run case as
-# passed: refuse such names outright.
-if grep -rnE 'TEST_CASE\("[^"]*;' --include='*.cc' core proxy-server proxy-agent socks5 \
+# catch_discover_tests cuts a test name at ';' (ctest then counts the never-run case as
+# passed), and Catch reads a name starting with '-' as an option: refuse both outright.
+if grep -rnE 'TEST_CASE\("([^"]*;|-)' --include='*.cc' core proxy-server proxy-agent socks5 \
     kubeproxy-http test-client tests; then
-  echo "test.sh: test case names must not contain ';' (ctest would skip them silently)" >&2
+  echo "test.sh: test case names must not contain ';' nor start with '-'" >&2
   exit 1
 fi
 if [ -f tests/node/package-lock.json ]; then

@@ -106,7 +106,7 @@ TEST_CASE("a YAML file supplies values, the command line wins", "[config]") {
   CHECK(o.strategies == std::vector<std::string>{"destHost", "defaultRoute"});
 }
 
-TEST_CASE("--help asks to print usage and exit", "[config]") {
+TEST_CASE("the help flag asks to print usage and exit", "[config]") {
   Opts o;
   auto r = run(o, {"--help"});
   CHECK(r.exit_now);

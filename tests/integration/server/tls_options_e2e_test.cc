@@ -22,7 +22,7 @@ std::string negotiated(uint16_t port, const std::string& cipher,
 
 }  // namespace
 
-TEST_CASE("--cipher-suites restricts TLS 1.2 suites on the agent port and the CONNECT frontend",
+TEST_CASE("cipher suites flag restricts TLS 1.2 suites on the agent port and the CONNECT frontend",
           "[e2e][tls]") {
   const auto& certs = konn::testsupport::test_certs();
   konn::testsupport::TempDir dir("konn-ciphers");
