@@ -9,6 +9,7 @@
 
 #include <spdlog/fmt/ranges.h>
 
+#include "core/config/log_flags.h"
 #include "core/config/uuid.h"
 
 namespace konn::agent {
@@ -165,15 +166,7 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("enable-contention-profiling", &enable_contention_profiling,
         "Accepted for compatibility");
   // klog flags that upstream manifests pass.
-  p.add("v", &log_level, "Log verbosity: klog level (0-10) or trace/debug/info/warn/error");
-  p.add("log-file", &log_file, "Write logs to this file instead of stderr");
-  for (const char* name :
-       {"logtostderr", "alsologtostderr", "log-dir", "log-file-max-size", "skip-headers",
-        "skip-log-headers", "add-dir-header", "one-output", "stderrthreshold", "vmodule",
-        "log-backtrace-at", "alsologtostderrthreshold", "legacy-stderr-threshold-behavior",
-        "log-flush-frequency"}) {
-    p.add_ignored(name, "klog flag");
-  }
+  core::config::register_log_flags(p, &log_level, &log_file);
 }
 
 void AgentOptions::apply_environment() {

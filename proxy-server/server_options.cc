@@ -5,6 +5,7 @@
 #include <openssl/ssl.h>
 
 #include "core/config/duration.h"
+#include "core/config/log_flags.h"
 #include "core/config/uuid.h"
 #include "core/tls/cipher_suites.h"
 #include "core/tunnel/packet.h"
@@ -66,15 +67,7 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("enable-contention-profiling", &enable_contention_profiling, "Accepted for compatibility");
   p.add_ignored("warn-on-channel-limit", "Deprecated upstream");
   // klog flags that upstream manifests pass.
-  p.add("v", &log_level, "Log verbosity: klog level (0-10) or info/debug/trace");
-  p.add("log-file", &log_file, "Write logs to this file instead of stderr");
-  for (const char* name :
-       {"logtostderr", "alsologtostderr", "log-dir", "log-file-max-size", "skip-headers",
-        "skip-log-headers", "add-dir-header", "one-output", "stderrthreshold", "vmodule",
-        "log-backtrace-at", "alsologtostderrthreshold", "legacy-stderr-threshold-behavior",
-        "log-flush-frequency"}) {
-    p.add_ignored(name, "klog flag");
-  }
+  core::config::register_log_flags(p, &log_level, &log_file);
 }
 
 void ServerOptions::apply_environment() {
