@@ -23,9 +23,10 @@ std::string presented_fingerprint(uint16_t port, const konn::testsupport::TestCe
   ProcessOptions o;
   o.binary = "sh";
   o.search_path = true;
-  o.args = {"-c", "openssl s_client -connect 127.0.0.1:" + std::to_string(port) +
+  // stdin stays open for a second: at EOF s_client may quit before a slow handshake finished.
+  o.args = {"-c", "sleep 1 | openssl s_client -connect 127.0.0.1:" + std::to_string(port) +
                       " -cert " + certs.agent_crt + " -key " + certs.agent_key +
-                      " </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256"};
+                      " 2>/dev/null | openssl x509 -noout -fingerprint -sha256"};
   return run_process(o, 10s).output;
 }
 
