@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "core/kube/kubeconfig.h"
 #include "core/http/http1_parser.h"
 #include "core/http/http1_writer.h"
 #include "core/log/log_macros.h"
@@ -14,26 +15,6 @@ namespace {
 
 using core::http::Http1Parser;
 
-std::string base64(const std::string& raw) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < raw.size(); i += 3) {
-    uint32_t v = (static_cast<uint8_t>(raw[i]) << 16) | (static_cast<uint8_t>(raw[i + 1]) << 8) |
-                 static_cast<uint8_t>(raw[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(k[(v >> s) & 63]);
-  }
-  if (i < raw.size()) {
-    uint32_t v = static_cast<uint8_t>(raw[i]) << 16;
-    if (i + 1 < raw.size()) v |= static_cast<uint8_t>(raw[i + 1]) << 8;
-    out.push_back(k[(v >> 18) & 63]);
-    out.push_back(k[(v >> 12) & 63]);
-    out.push_back(i + 1 < raw.size() ? k[(v >> 6) & 63] : '=');
-    out.push_back('=');
-  }
-  return out;
-}
-
 core::http::Headers allow_connect() { return {{"Allow", "CONNECT"}}; }
 core::http::Headers proxy_authenticate() {
   return {{"Proxy-Authenticate", "Basic realm=\"kubeproxy-http\""}};
@@ -44,7 +25,9 @@ core::http::Headers proxy_authenticate() {
 ConnectProxy::ConnectProxy(const KubeproxyOptions& options)
     : options_(options), log_(core::log::get("kubeproxy.connect")) {
   for (const auto& p : options.allowed_destinations) allowed_.emplace_back(p, std::regex::ECMAScript);
-  if (!options.proxy_user.empty()) expected_auth_ = "Basic " + base64(options.proxy_user);
+  if (!options.proxy_user.empty()) {
+    expected_auth_ = "Basic " + core::kube::encode_base64(options.proxy_user);
+  }
 }
 
 bool ConnectProxy::allowed(const std::string& destination) const {

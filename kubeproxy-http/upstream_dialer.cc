@@ -6,6 +6,7 @@
 #include <asio/read.hpp>
 #include <asio/ssl.hpp>
 
+#include "core/kube/kubeconfig.h"
 #include "core/http/http1_parser.h"
 #include "core/http/http1_writer.h"
 #include "core/error/errc.h"
@@ -43,26 +44,6 @@ std::optional<ProxyUrl> parse_proxy_url(const std::string& url) {
   p.host = hp->host;
   p.host_port = hp->to_string();
   return p;
-}
-
-std::string base64(const std::string& raw) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < raw.size(); i += 3) {
-    uint32_t v = (static_cast<uint8_t>(raw[i]) << 16) | (static_cast<uint8_t>(raw[i + 1]) << 8) |
-                 static_cast<uint8_t>(raw[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(k[(v >> s) & 63]);
-  }
-  if (i < raw.size()) {
-    uint32_t v = static_cast<uint8_t>(raw[i]) << 16;
-    if (i + 1 < raw.size()) v |= static_cast<uint8_t>(raw[i + 1]) << 8;
-    out.push_back(k[(v >> 18) & 63]);
-    out.push_back(k[(v >> 12) & 63]);
-    out.push_back(i + 1 < raw.size() ? k[(v >> 6) & 63] : '=');
-    out.push_back('=');
-  }
-  return out;
 }
 
 void set_keepalive(asio::ip::tcp::socket& s, std::chrono::seconds period) {
@@ -262,7 +243,8 @@ core::io::Awaitable<UpstreamDialer::Outcome> UpstreamDialer::through_proxy(
   }
   core::http::Headers headers{{"Host", target}, {"User-Agent", "kubeproxy-http"}};
   if (!proxy.userinfo.empty()) {
-    headers.emplace_back("Proxy-Authorization", "Basic " + base64(proxy.userinfo));
+    headers.emplace_back("Proxy-Authorization",
+                         "Basic " + core::kube::encode_base64(proxy.userinfo));
   }
   std::string head = core::http::write_request_head("CONNECT", target, headers);
   auto [we, wn] = co_await conn->write(asio::buffer(head));

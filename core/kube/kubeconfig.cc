@@ -193,6 +193,26 @@ std::optional<std::time_t> parse_rfc3339(const std::string& s) {
 
 }  // namespace
 
+std::string encode_base64(const std::string& raw) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < raw.size(); i += 3) {
+    uint32_t v = (static_cast<uint8_t>(raw[i]) << 16) | (static_cast<uint8_t>(raw[i + 1]) << 8) |
+                 static_cast<uint8_t>(raw[i + 2]);
+    for (int s = 18; s >= 0; s -= 6) out.push_back(k[(v >> s) & 63]);
+  }
+  if (i < raw.size()) {
+    uint32_t v = static_cast<uint8_t>(raw[i]) << 16;
+    if (i + 1 < raw.size()) v |= static_cast<uint8_t>(raw[i + 1]) << 8;
+    out.push_back(k[(v >> 18) & 63]);
+    out.push_back(k[(v >> 12) & 63]);
+    out.push_back(i + 1 < raw.size() ? k[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
 std::optional<std::string> decode_base64(const std::string& text) {
   std::string out;
   uint32_t acc = 0;
@@ -444,25 +464,7 @@ CredentialSource::Credential CredentialSource::current() {
   }
   if (!cached_.empty()) return {"Bearer " + cached_, ""};
   if (!config_.username.empty() || !config_.password.empty()) {
-    std::string raw = config_.username + ":" + config_.password;
-    static const char* kAlphabet =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string enc;
-    size_t i = 0;
-    for (; i + 2 < raw.size(); i += 3) {
-      uint32_t v = (static_cast<uint8_t>(raw[i]) << 16) | (static_cast<uint8_t>(raw[i + 1]) << 8) |
-                   static_cast<uint8_t>(raw[i + 2]);
-      for (int s = 18; s >= 0; s -= 6) enc.push_back(kAlphabet[(v >> s) & 63]);
-    }
-    if (i < raw.size()) {
-      uint32_t v = static_cast<uint8_t>(raw[i]) << 16;
-      if (i + 1 < raw.size()) v |= static_cast<uint8_t>(raw[i + 1]) << 8;
-      enc.push_back(kAlphabet[(v >> 18) & 63]);
-      enc.push_back(kAlphabet[(v >> 12) & 63]);
-      enc.push_back(i + 1 < raw.size() ? kAlphabet[(v >> 6) & 63] : '=');
-      enc.push_back('=');
-    }
-    return {"Basic " + enc, ""};
+    return {"Basic " + encode_base64(config_.username + ":" + config_.password), ""};
   }
   return {"", ""};
 }

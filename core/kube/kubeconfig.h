@@ -96,6 +96,8 @@ RestConfig load_rest_config(const KubeconfigOverrides& overrides, const Kubeconf
 
 // Decodes standard base64 (whitespace ignored). nullopt on bad input.
 std::optional<std::string> decode_base64(const std::string& text);
+// Standard base64 with padding (Basic credentials).
+std::string encode_base64(const std::string& raw);
 
 // Credentials that can change at run time: token files are re-read at most once a minute (as
 // client-go does), exec plugins are run when their credential is missing or expired.

@@ -209,3 +209,14 @@ current-context: x
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(all == "x\n");  // ran once, then cached until expiry
 }
+
+TEST_CASE("base64 encodes with padding and round-trips through decode", "[kubeconfig]") {
+  CHECK(encode_base64("") == "");
+  CHECK(encode_base64("f") == "Zg==");
+  CHECK(encode_base64("fo") == "Zm8=");
+  CHECK(encode_base64("foo") == "Zm9v");
+  CHECK(encode_base64("user:pass") == "dXNlcjpwYXNz");
+  std::string all;
+  for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
+  CHECK(decode_base64(encode_base64(all)) == all);
+}

@@ -20,6 +20,7 @@
 #include <asio/ssl.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/kube/kubeconfig.h"
 #include "core/http/http1_parser.h"
 #include "core/http/http1_writer.h"
 #include "core/io/asio_compat.h"
@@ -43,26 +44,6 @@ struct Config {
 };
 
 std::atomic<uint64_t> g_connections{0};
-
-std::string b64(const std::string& raw) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < raw.size(); i += 3) {
-    uint32_t v = (static_cast<uint8_t>(raw[i]) << 16) | (static_cast<uint8_t>(raw[i + 1]) << 8) |
-                 static_cast<uint8_t>(raw[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(k[(v >> s) & 63]);
-  }
-  if (i < raw.size()) {
-    uint32_t v = static_cast<uint8_t>(raw[i]) << 16;
-    if (i + 1 < raw.size()) v |= static_cast<uint8_t>(raw[i + 1]) << 8;
-    out.push_back(k[(v >> 18) & 63]);
-    out.push_back(k[(v >> 12) & 63]);
-    out.push_back(i + 1 < raw.size() ? k[(v >> 6) & 63] : '=');
-    out.push_back('=');
-  }
-  return out;
-}
 
 Awaitable<bool> send(ByteStream& s, const std::string& text) {
   auto [ec, n] = co_await s.write(asio::buffer(text));
@@ -129,7 +110,9 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok) {
     bool authed = !need_auth || client_cert_ok;
     if (const std::string* a = h.find("Authorization")) {
       if (!cfg.token.empty() && *a == "Bearer " + cfg.token) authed = true;
-      if (!cfg.basic.empty() && *a == "Basic " + b64(cfg.basic)) authed = true;
+      if (!cfg.basic.empty() && *a == "Basic " + konn::core::kube::encode_base64(cfg.basic)) {
+        authed = true;
+      }
     }
     if (!authed) {
       if (!co_await send_json(s, 401, status_json(401, "Unauthorized", "Unauthorized"))) co_return;
