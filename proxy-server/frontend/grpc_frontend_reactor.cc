@@ -16,16 +16,6 @@ using core::tunnel::make_close_response;
 using core::tunnel::make_dial_response;
 using core::tunnel::make_window_update;
 
-namespace {
-
-// Pause reading the client while this much of its data waits in the agent stream's queue.
-constexpr int64_t kToAgentHigh = 4 * 1024 * 1024;
-constexpr int64_t kToAgentLow = kToAgentHigh / 2;
-// A tunnel whose CLOSE_REQ the agent does not answer is dropped after this long.
-constexpr std::chrono::seconds kCloseWait(10);
-
-}  // namespace
-
 const char* GrpcFrontend::to_string(State s) {
   switch (s) {
     case State::Idle: return "Idle";

@@ -32,10 +32,7 @@ using core::tunnel::make_dial_request;
 using core::tunnel::make_window_update;
 
 constexpr size_t kMaxHead = 64 * 1024;
-constexpr int64_t kToAgentHigh = 4 * 1024 * 1024;
-constexpr int64_t kToAgentLow = kToAgentHigh / 2;
 constexpr std::chrono::seconds kHandshakeTimeout(10);
-constexpr std::chrono::seconds kCloseWait(10);
 constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
 std::string status_text(int status) {

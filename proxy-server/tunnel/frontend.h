@@ -1,11 +1,19 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
 #include "konnectivity/client.pb.h"
 
 namespace konn::server {
+
+// Shared by every frontend kind. A frontend stops reading its client while this much of the
+// client's data waits in the agent stream's queue, and resumes below the low mark.
+inline constexpr int64_t kToAgentHigh = 4 * 1024 * 1024;
+inline constexpr int64_t kToAgentLow = kToAgentHigh / 2;
+// A tunnel whose CLOSE_REQ the agent does not answer is dropped after this long.
+inline constexpr std::chrono::seconds kCloseWait(10);
 
 // One tunnel as the backend (agent stream) sees it: the kube-apiserver side of a dial. The gRPC
 // frontend implements it today; the HTTP CONNECT frontend will too. Every method is called on a
