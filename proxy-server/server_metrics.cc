@@ -49,6 +49,16 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
       culled_leases_count(build(prometheus::BuildCounter(), r, "culled_leases_count",
                                 "Count of expired leases that the lease garbage collection "
                                 "controller has culled")),
+      lease_delete_latency_seconds(build(prometheus::BuildHistogram(), r,
+                                         "lease_delete_latency_seconds",
+                                         "Latency of lease delete calls, by HTTP status code")),
+      lease_delete_total(build(prometheus::BuildCounter(), r, "lease_delete_total",
+                               "Lease delete calls, by HTTP status code and reason")),
+      lease_list_latency_seconds(build(prometheus::BuildHistogram(), r,
+                                       "lease_list_latency_seconds",
+                                       "Latency of lease list calls, by HTTP status code")),
+      lease_list_total(build(prometheus::BuildCounter(), r, "lease_list_total",
+                             "Lease list calls, by HTTP status code and reason")),
       tunnels_over_cap_total(build(prometheus::BuildCounter(), r, "tunnels_over_cap_total",
                                    "konn: tunnels closed alone because their client stopped "
                                    "reading and their queue passed its cap")),
@@ -88,6 +98,27 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
           &stream_packets_total.Add({{"segment", segments[seg]}, {"packet_type", type}});
     }
   }
+}
+
+namespace {
+
+const prometheus::Histogram::BucketBoundaries kApiLatencyBuckets{0.005, 0.01, 0.025, 0.05, 0.1,
+                                                                 0.25,  0.5,  1,     2.5,  5, 10};
+
+}  // namespace
+
+void ServerMetrics::lease_list(int http_status, const std::string& reason, double seconds) {
+  std::string code = std::to_string(http_status);
+  lease_list_total.Add({{"http_status_code", code}, {"reason", reason}}).Increment();
+  lease_list_latency_seconds.Add({{"http_status_code", code}}, kApiLatencyBuckets)
+      .Observe(seconds);
+}
+
+void ServerMetrics::lease_delete(int http_status, const std::string& reason, double seconds) {
+  std::string code = std::to_string(http_status);
+  lease_delete_total.Add({{"http_status_code", code}, {"reason", reason}}).Increment();
+  lease_delete_latency_seconds.Add({{"http_status_code", code}}, kApiLatencyBuckets)
+      .Observe(seconds);
 }
 
 void ServerMetrics::packet(Segment segment, int type) {

@@ -27,6 +27,10 @@ struct ServerMetrics {
   prometheus::Family<prometheus::Counter>& stream_packets_total;  // segment, packet_type
   prometheus::Family<prometheus::Counter>& stream_errors_total;   // segment, code, packet_type
   prometheus::Family<prometheus::Counter>& culled_leases_count;
+  prometheus::Family<prometheus::Histogram>& lease_delete_latency_seconds;  // http_status_code
+  prometheus::Family<prometheus::Counter>& lease_delete_total;  // http_status_code, reason
+  prometheus::Family<prometheus::Histogram>& lease_list_latency_seconds;  // http_status_code
+  prometheus::Family<prometheus::Counter>& lease_list_total;  // http_status_code, reason
   // konn's own.
   prometheus::Family<prometheus::Counter>& tunnels_over_cap_total;
   prometheus::Family<prometheus::Counter>& reads_paused_total;  // reason
@@ -40,6 +44,10 @@ struct ServerMetrics {
   prometheus::Histogram& connection_duration;
   prometheus::Counter& bytes_to_agent;
   prometheus::Counter& bytes_to_client;
+
+  // One answered lease list or delete call (thread-safe; the lease controller's thread).
+  void lease_list(int http_status, const std::string& reason, double seconds);
+  void lease_delete(int http_status, const std::string& reason, double seconds);
 
   void dial_failure(const std::string& reason) {
     dial_failure_count.Add({{"reason", reason}}).Increment();

@@ -7,6 +7,7 @@
 #include "core/config/duration.h"
 #include "core/config/log_flags.h"
 #include "core/config/uuid.h"
+#include "core/kube/lease.h"
 #include "core/tls/cipher_suites.h"
 #include "core/tunnel/packet.h"
 
@@ -48,7 +49,9 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("server-count", &server_count, "Number of proxy servers agents should connect to");
   p.add("enable-lease-controller", &enable_lease_controller, "Publish a Lease for this server");
   p.add("lease-namespace", &lease_namespace, "Namespace of server Leases");
-  p.add("lease-label", &lease_label, "Label set on server Leases");
+  p.add("lease-label", &lease_label, "Labels (k=v,...) set on this server's Lease");
+  p.add("lease-renew-interval", &lease_renew_interval,
+        "How often the Lease is renewed and expired ones deleted; it lasts twice as long");
   p.add("xfr-channel-size", &xfr_channel_size,
         "Per-tunnel queue depth, in 1 MiB packets, towards peers without flow control");
   p.add("backend-dial-timeout", &backend_dial_timeout, "Bound on waiting for DIAL_RSP (0: none)");
@@ -128,6 +131,18 @@ std::vector<std::string> ServerOptions::validate() const {
   }
   if (proxy_strategies.empty()) errors.push_back("--proxy-strategies: at least one is needed");
   if (server_count < 1) errors.push_back("--server-count: must be at least 1");
+  if (enable_lease_controller) {
+    std::vector<std::string> label_errors;
+    auto labels = core::kube::parse_label_set(lease_label, &label_errors);
+    for (auto& e : label_errors) errors.push_back("--lease-label: " + e);
+    if (label_errors.empty() && labels.empty()) {
+      errors.push_back("--lease-label: at least one label is needed to find the leases again");
+    }
+    if (lease_namespace.empty()) errors.push_back("--lease-namespace: must not be empty");
+  }
+  if (lease_renew_interval < std::chrono::seconds(1)) {
+    errors.push_back("--lease-renew-interval: must be at least 1s");
+  }
   if (xfr_channel_size <= 0) errors.push_back("--xfr-channel-size: must be greater than 0");
   if (backend_dial_timeout.count() < 0) errors.push_back("--backend-dial-timeout: negative");
   if (graceful_shutdown_timeout.count() < 0) {
@@ -155,13 +170,15 @@ std::vector<std::string> ServerOptions::validate() const {
 
 void ServerOptions::print(spdlog::logger& log) const {
   log.info("proxy-server {}: mode={} frontend={} agent-port={}:{} mTLS-agents={} server-id={} "
-           "server-count={} strategies={} xfr-channel-size={} backend-dial-timeout={}",
+           "server-count={} strategies={} xfr-channel-size={} backend-dial-timeout={} "
+           "graceful-shutdown-timeout={} leases={}",
            "starting", mode,
            uds_name.empty() ? server_bind_address + ":" + std::to_string(server_port)
                             : "unix:" + uds_name,
            agent_bind_address, agent_port, !cluster_ca_cert.empty(), server_id, server_count,
            fmt::join(proxy_strategies, ","), xfr_channel_size,
-           format_go_duration(backend_dial_timeout));
+           format_go_duration(backend_dial_timeout), format_go_duration(graceful_shutdown_timeout),
+           enable_lease_controller ? lease_namespace + "/" + lease_label : std::string("off"));
 }
 
 std::string ServerOptions::openssl_ciphers() const {

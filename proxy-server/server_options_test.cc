@@ -110,3 +110,19 @@ TEST_CASE("a TCP frontend requires its certificates and mTLS CA", "[server]") {
   CHECK(mentions(errors, "--server-cert and --server-key"));
   CHECK(mentions(errors, "--server-ca-cert"));
 }
+
+TEST_CASE("lease flags: label set syntax and renew interval are checked", "[server]") {
+  ServerOptions bad;
+  auto errors = parse(bad, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                            "--cluster-key=k", "--enable-lease-controller",
+                            "--lease-label=k8s-app!=x,-bad=1", "--lease-renew-interval=100ms"});
+  CHECK(mentions(errors, "--lease-label: label \"k8s-app!=x\": a label set takes key=value"));
+  CHECK(mentions(errors, "--lease-label: label key \"-bad\""));
+  CHECK(mentions(errors, "--lease-renew-interval"));
+  ServerOptions ok;
+  CHECK(parse(ok, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                   "--cluster-key=k", "--enable-lease-controller", "--lease-renew-interval=2s"})
+            .empty());
+  CHECK(ok.lease_label == "k8s-app=konnectivity-server");
+  CHECK(ok.lease_renew_interval == std::chrono::seconds(2));
+}

@@ -527,4 +527,15 @@ CredentialSource::Credential CredentialSource::run_exec() {
   return {"Bearer " + cached_, ""};
 }
 
+RestConfig load_daemon_rest_config(const std::string& kubeconfig) {
+  KubeconfigOverrides overrides;
+  overrides.kubeconfig = kubeconfig;
+  auto env = KubeconfigEnvironment::from_process();
+  if (kubeconfig.empty()) {
+    env.kubeconfig_env.reset();
+    env.home.clear();
+  }
+  return load_rest_config(overrides, env);
+}
+
 }  // namespace konn::core::kube

@@ -94,6 +94,11 @@ struct KubeconfigEnvironment {
 // Throws KubeconfigError with a message naming the file and field.
 RestConfig load_rest_config(const KubeconfigOverrides& overrides, const KubeconfigEnvironment& env);
 
+// A daemon's --kubeconfig as upstream's BuildConfigFromFlags("", path) reads it: that file, or
+// the in-cluster service account when `kubeconfig` is empty (never $KUBECONFIG or
+// ~/.kube/config). Throws KubeconfigError.
+RestConfig load_daemon_rest_config(const std::string& kubeconfig);
+
 // Decodes standard base64 (whitespace ignored). nullopt on bad input.
 std::optional<std::string> decode_base64(const std::string& text);
 // Standard base64 with padding (Basic credentials).

@@ -1,0 +1,95 @@
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+
+#include "core/io/asio_compat.h"
+#include "core/kube/api_client.h"
+
+namespace konn::core::kube {
+
+using SystemTime = std::chrono::system_clock::time_point;
+using Labels = std::map<std::string, std::string>;
+
+// The fields of a coordination.k8s.io/v1 Lease that the proxy-server publishes and the agent
+// counts. Unknown fields of an object read from the apiserver are not kept.
+struct Lease {
+  std::string name;
+  std::string resource_version;  // "" for a new object
+  Labels labels;
+  std::string holder_identity;
+  std::optional<int> lease_duration_seconds;
+  std::optional<SystemTime> acquire_time;
+  std::optional<SystemTime> renew_time;
+};
+
+// metav1.MicroTime as the apiserver writes it: RFC 3339 in UTC with microseconds,
+// "2006-01-02T15:04:05.000000Z".
+std::string format_micro_time(SystemTime t);
+// RFC 3339 with an optional fraction and a `Z` or `±hh:mm` offset; nullopt when malformed.
+std::optional<SystemTime> parse_rfc3339(std::string_view text);
+
+// The Lease as a JSON object (apiVersion, kind, metadata, spec) for POST and PUT.
+std::string lease_to_json(const Lease& lease, const std::string& lease_namespace);
+// One Lease object, or a LeaseList's items; nullopt when the body is not what it should be.
+std::optional<Lease> parse_lease(std::string_view body);
+std::optional<std::vector<Lease>> parse_lease_list(std::string_view body);
+// The `reason` of a metav1.Status error body ("NotFound", "Conflict", ...), "" when none.
+std::string status_reason(std::string_view body);
+
+// Upstream's IsLeaseValid: the renew time (else the acquire time) plus the duration lies after
+// `now`. A lease with neither time, or without a duration, is expired.
+bool lease_valid(const Lease& lease, SystemTime now);
+
+// A label *set* ("k8s-app=konnectivity-server,tier=cp") as --lease-label takes it. Keys and
+// values follow Kubernetes' syntax (an optional DNS-subdomain prefix and '/', then a name of at
+// most 63 characters). Appends one message per problem to `errors` and returns what parsed.
+Labels parse_label_set(std::string_view text, std::vector<std::string>* errors);
+// "a=b,c=d", keys sorted (labels.FormatLabels): also a selector matching exactly that set.
+std::string format_label_set(const Labels& labels);
+// Percent-encoding for a URL query value (RFC 3986 unreserved characters kept).
+std::string query_escape(std::string_view text);
+
+// Lease calls on one namespace, each one HTTPS request bounded by `timeout`. Meant to run on an
+// io_context that carries no tunnel (a token refresh may run an exec plugin).
+class LeaseClient {
+ public:
+  LeaseClient(ApiTarget target, std::string lease_namespace, std::chrono::milliseconds timeout);
+
+  struct Result {
+    ApiResponse response;                    // status 0 with `error` set: no answer
+    std::chrono::duration<double> latency{};  // seconds, for the latency histograms
+    std::optional<Lease> lease;              // get/create/update: the object answered
+    std::vector<Lease> items;                // list
+    std::string reason;                      // metav1.Status reason of an error answer
+  };
+
+  io::Awaitable<Result> get(asio::any_io_executor ex, const std::string& name) const;
+  io::Awaitable<Result> create(asio::any_io_executor ex, const Lease& lease) const;
+  // PUT: `lease.resource_version` makes it conditional (409 Conflict when stale).
+  io::Awaitable<Result> update(asio::any_io_executor ex, const Lease& lease) const;
+  // `selector` is a Kubernetes label selector, sent as ?labelSelector=.
+  io::Awaitable<Result> list(asio::any_io_executor ex, const std::string& selector) const;
+  // DELETE with a resourceVersion precondition when `resource_version` is not empty.
+  io::Awaitable<Result> remove(asio::any_io_executor ex, const std::string& name,
+                               const std::string& resource_version) const;
+
+  const std::string& lease_namespace() const { return namespace_; }
+
+ private:
+  io::Awaitable<Result> call(asio::any_io_executor ex, std::string method, std::string path,
+                             std::string body) const;
+  std::string collection() const;
+
+  ApiTarget target_;
+  std::string namespace_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace konn::core::kube
