@@ -3,6 +3,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "core/io/shutdown.h"
+#include "core/kube/kubeconfig.h"
 #include "core/log/log_macros.h"
 
 namespace konn::agent {
@@ -28,10 +29,27 @@ AgentApp::~AgentApp() { stop(); }
 
 void AgentApp::start() {
   if (started_) return;
+  if (options_.count_server_leases) {
+    // Loaded before anything starts, so a bad kubeconfig fails the start cleanly.
+    auto rest = core::kube::load_daemon_rest_config(options_.kubeconfig);
+    LeaseCounter::Settings settings;
+    settings.lease_namespace = options_.lease_namespace;
+    settings.selector = options_.lease_label_selector;
+    settings.poll_interval =
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_poll_interval);
+    std::weak_ptr<ServerSet> servers = servers_;
+    leases_ = std::make_unique<LeaseCounter>(
+        core::kube::api_target_from(rest), std::move(settings), metrics_,
+        [servers](int64_t count) {
+          if (auto s = servers.lock()) s->set_lease_count(count);
+        });
+    KONN_LOG((&logger()), info, "counting server leases at {} ({})", rest.server, rest.source);
+  }
   started_ = true;
   pool_.start();
   control_thread_ = std::thread([this] { control_.run(); });
   servers_->start();
+  if (leases_) leases_->start();
   start_listeners();
 }
 
@@ -109,6 +127,7 @@ void AgentApp::finish(int exit_code) {
 void AgentApp::stop(bool graceful) {
   if (stopped_) return;
   stopped_ = true;
+  if (leases_) leases_->stop();
   if (started_) {
     bool done = servers_->stop(!graceful, graceful ? kGracefulStopWait : kAbortStopWait);
     if (!done && graceful) done = servers_->stop(true, kAbortStopWait);
@@ -133,7 +152,12 @@ int AgentApp::run() {
         KONN_LOG((&logger()), warn, "signal {} again: exiting now", sig);
         finish(1);
       });
-  start();
+  try {
+    start();
+  } catch (const std::exception& e) {
+    KONN_LOG((&logger()), critical, "{}", e.what());
+    return 1;
+  }
   int code = 0;
   {
     std::unique_lock lock(exit_mu_);

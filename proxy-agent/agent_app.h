@@ -14,6 +14,7 @@
 #include "proxy-agent/agent_metrics.h"
 #include "proxy-agent/agent_options.h"
 #include "proxy-agent/agent_stats.h"
+#include "proxy-agent/lease_counter.h"
 #include "proxy-agent/server_set.h"
 
 namespace konn::agent {
@@ -30,7 +31,8 @@ class AgentApp {
   AgentApp(const AgentApp&) = delete;
   AgentApp& operator=(const AgentApp&) = delete;
 
-  // Starts the threads and the connect loop; returns at once.
+  // Starts the threads, the connect loop and (--count-server-leases) the lease counter; returns
+  // at once. Throws std::runtime_error when the kubeconfig for the lease list cannot be used.
   void start();
   // Graceful shutdown, as on the first SIGTERM: DRAIN every stream, make no new server
   // connections, and finish (run() returns 0) once no endpoint connection is left.
@@ -65,6 +67,7 @@ class AgentApp {
   AgentMetrics metrics_{stats_};
   std::unique_ptr<core::admin::AdminServer> health_;
   std::unique_ptr<core::admin::AdminServer> admin_;
+  std::unique_ptr<LeaseCounter> leases_;
   bool started_ = false;
   bool stopped_ = false;
 

@@ -47,6 +47,21 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
                       .Register(r);
   counter(packets, {{"segment", "to_agent"}}, s.packets_received);
 
+  // Leases (--count-server-leases). lease_watches_total is registered as upstream does, and as
+  // upstream never incremented: lists are what happen.
+  lease_lists_ = &prometheus::BuildCounter()
+                      .Name(std::string(kPrefix) + "lease_lists_total")
+                      .Help("Lease list calls, by HTTP response code and reason")
+                      .Register(r);
+  lease_list_latency_ = &prometheus::BuildHistogram()
+                             .Name(std::string(kPrefix) + "lease_list_latency_seconds")
+                             .Help("Latency of lease list calls, by HTTP response code")
+                             .Register(r);
+  prometheus::BuildCounter()
+      .Name(std::string(kPrefix) + "lease_watches_total")
+      .Help("Lease watch calls (not used: leases are listed)")
+      .Register(r);
+
   auto own = [&](const std::string& name, const std::string& help,
                  const std::map<std::string, std::string>& labels,
                  const std::atomic<uint64_t>& source) {
@@ -71,6 +86,14 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
                     .Register(r);
   counter(bytes, {{"direction", "to_endpoint"}}, s.bytes_to_endpoints);
   counter(bytes, {{"direction", "from_endpoint"}}, s.bytes_from_endpoints);
+}
+
+void AgentMetrics::lease_list(int http_status, const std::string& reason, double seconds) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets{
+      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  std::string code = std::to_string(http_status);
+  lease_lists_->Add({{"http_response_code", code}, {"reason", reason}}).Increment();
+  lease_list_latency_->Add({{"http_response_code", code}}, kBuckets).Observe(seconds);
 }
 
 std::string AgentMetrics::serialize() {

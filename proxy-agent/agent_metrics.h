@@ -7,6 +7,7 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 
 #include "core/metrics/metrics.h"
 #include "proxy-agent/agent_stats.h"
@@ -25,6 +26,8 @@ class AgentMetrics {
 
   // Prometheus text exposition of every agent metric and the process_* basics.
   std::string serialize();
+  // One answered lease list (lease_lists_total, lease_list_latency_seconds); any thread.
+  void lease_list(int http_status, const std::string& reason, double seconds);
 
  private:
   struct CounterLink {
@@ -42,6 +45,8 @@ class AgentMetrics {
   core::metrics::Registry registry_;
   std::vector<CounterLink> counters_;
   std::vector<GaugeLink> gauges_;
+  prometheus::Family<prometheus::Counter>* lease_lists_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* lease_list_latency_ = nullptr;
 };
 
 }  // namespace konn::agent

@@ -150,12 +150,17 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
         "Per-connection queue depth in packets (kept for compatibility; must be > 0)");
   p.add("dial-timeout", &dial_timeout, "Timeout of each dial to an endpoint");
   p.add("warn-on-channel-limit", &warn_on_channel_limit, "Accepted for compatibility");
-  p.add("count-server-leases", &count_server_leases, "Accepted for compatibility; not used yet");
-  p.add("lease-namespace", &lease_namespace, "Accepted for compatibility; not used yet");
-  p.add("lease-label-selector", &lease_label_selector, "Accepted for compatibility; not used yet");
+  p.add("count-server-leases", &count_server_leases,
+        "Count the proxy-servers' valid Leases to know how many servers to connect to");
+  p.add("lease-namespace", &lease_namespace, "Namespace of the proxy-server Leases");
+  p.add("lease-label-selector", &lease_label_selector, "Label selector of proxy-server Leases");
   p.add("lease-label", &lease_label_selector, "Deprecated alias of --lease-label-selector");
-  p.add("server-count-source", &server_count_source, "Accepted for compatibility; not used yet");
-  p.add("kubeconfig", &kubeconfig, "Accepted for compatibility; not used yet");
+  p.add("server-count-source", &server_count_source,
+        "default: the lease count when counting leases, else the servers' servercount; max: "
+        "the larger of both");
+  p.add("lease-poll-interval", &lease_poll_interval,
+        "How often the Leases are listed with --count-server-leases");
+  p.add("kubeconfig", &kubeconfig, "kubeconfig for the Lease list (empty: in-cluster)");
   p.add("kube-api-content-type", &kube_api_content_type, "Accepted for compatibility");
   p.add("health-server-host", &health_server_host,
         "Bind address of /healthz, /readyz and /metrics (empty: all interfaces)");
@@ -207,6 +212,15 @@ std::vector<std::string> AgentOptions::validate() const {
     errors.push_back("--server-count-source: must be default or max, got \"" +
                      server_count_source + "\"");
   }
+  if (count_server_leases) {
+    if (lease_label_selector.empty()) {
+      errors.push_back("--lease-label-selector: must not be empty with --count-server-leases");
+    }
+    if (lease_namespace.empty()) errors.push_back("--lease-namespace: must not be empty");
+  }
+  if (lease_poll_interval < std::chrono::seconds(1)) {
+    errors.push_back("--lease-poll-interval: must be at least 1s");
+  }
   if (health_server_port < 0 || health_server_port > 65535) {
     errors.push_back("--health-server-port: must be 0-65535");
   }
@@ -232,8 +246,10 @@ void AgentOptions::print(spdlog::logger& log) const {
     log.warn("--alpn-proto {} ignored: gRPC C++ 1.51 offers only the h2 ALPN id",
              fmt::join(alpn_protos, ","));
   }
-  if (count_server_leases || !kubeconfig.empty()) {
-    log.warn("lease-based server counting is not implemented; using the servers' servercount");
+  if (count_server_leases) {
+    log.info("server count from Leases {} in {} every {} (server-count-source={})",
+             lease_label_selector, lease_namespace, format_go_duration(lease_poll_interval),
+             server_count_source);
   }
 }
 

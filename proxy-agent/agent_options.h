@@ -48,13 +48,18 @@ struct AgentOptions {
   std::string admin_bind_address = "127.0.0.1";
   int admin_server_port = 8094;
 
-  // Accepted for compatibility; not acted on yet (no lease counting, no profiling).
-  bool warn_on_channel_limit = false;
+  // Server count from the proxy-servers' Leases (listed every lease_poll_interval, a konn flag;
+  // upstream lists through an informer). server_count_source: "default" (the lease count when
+  // counting, else the servers' servercount) or "max" (the larger of both).
   bool count_server_leases = false;
   std::string lease_namespace = "kube-system";
   std::string lease_label_selector = "k8s-app=konnectivity-server";
   std::string server_count_source = "default";
-  std::string kubeconfig;
+  Duration lease_poll_interval = std::chrono::seconds(10);
+  std::string kubeconfig;  // for the Lease list; empty: in-cluster service account
+
+  // Accepted for compatibility; not acted on (JSON is always used; no profiling).
+  bool warn_on_channel_limit = false;
   std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
   bool enable_profiling = false;
   bool enable_contention_profiling = false;

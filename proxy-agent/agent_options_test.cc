@@ -131,3 +131,12 @@ TEST_CASE("agent id comes from the flag, else PROXY_AGENT_ID, else a UUID", "[ag
   CHECK(std::regex_match(a, uuid));
   CHECK(parse({}).options.agent_id != a);
 }
+
+TEST_CASE("lease counting needs a selector and a sane poll interval", "[agent][options]") {
+  auto p = parse({"--count-server-leases", "--lease-poll-interval=10ms"});
+  CHECK(mentions(p.errors, "--lease-poll-interval"));
+  auto ok = parse({"--count-server-leases", "--lease-poll-interval=2s"});
+  CHECK(ok.errors.empty());
+  CHECK(ok.options.lease_label_selector == "k8s-app=konnectivity-server");
+  CHECK(ok.options.server_count_source == "default");
+}

@@ -114,13 +114,36 @@ size_t ServerSet::endpoint_connections() const {
 
 int64_t ServerSet::server_count() const {
   std::lock_guard lock(mu_);
-  return server_count_;
+  return target_count_locked();
+}
+
+int64_t ServerSet::target_count_locked() const {
+  if (!lease_count_) return server_count_;
+  int64_t n = options_.server_count_source == "max" ? std::max(*lease_count_, server_count_)
+                                                    : *lease_count_;
+  return std::max<int64_t>(1, n);
+}
+
+void ServerSet::set_lease_count(int64_t count) {
+  int64_t before = 0;
+  int64_t after = 0;
+  {
+    std::lock_guard lock(mu_);
+    before = target_count_locked();
+    lease_count_ = count;
+    after = target_count_locked();
+  }
+  stats_->known_server_count.store(after, std::memory_order_relaxed);
+  if (before != after) {
+    KONN_LOG((&logger()), info, "server count {} -> {} ({} valid lease(s), source {})", before,
+             after, count, options_.server_count_source);
+  }
 }
 
 bool ServerSet::want_more() const {
   std::lock_guard lock(mu_);
   if (draining_ || stopping_) return false;
-  return options_.sync_forever || static_cast<int64_t>(streams_.size()) < server_count_;
+  return options_.sync_forever || static_cast<int64_t>(streams_.size()) < target_count_locked();
 }
 
 core::io::Awaitable<void> ServerSet::connect_loop() {
@@ -296,6 +319,7 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
                              const std::weak_ptr<Attempt>& attempt) {
   Outcome outcome = Outcome::Connected;
   std::string why;
+  int64_t target = 1;
   {
     std::lock_guard lock(mu_);
     if (stopping_ || draining_) {
@@ -309,10 +333,10 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
       // Only a new distinct server updates the count (as upstream does since #774).
       server_count_ = std::max<int64_t>(1, h.server_count);
     }
+    target = target_count_locked();
   }
   if (outcome == Outcome::Connected) {
-    stats_->known_server_count.store(std::max<int64_t>(1, h.server_count),
-                                     std::memory_order_relaxed);
+    stats_->known_server_count.store(target, std::memory_order_relaxed);
     stats_->open_server_connections.fetch_add(1, std::memory_order_relaxed);
   } else {
     stats_->duplicate_servers.fetch_add(1, std::memory_order_relaxed);

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,11 @@ namespace konn::agent {
 // sync-interval-cap); a success resets the backoff. A probe loop drops streams whose channel is
 // no longer usable. Ended streams are removed and the loop replaces them.
 //
-// Lock: mu_ guards streams_, server_count_, draining_/stopping_ and live_; taken from gRPC
+// The wanted count follows upstream's ServerCount(): with --count-server-leases and
+// --server-count-source=default the lease count, with =max the larger of it and the servercount,
+// otherwise the servercount; never below 1. Until a first lease list succeeded, the servercount.
+//
+// Lock: mu_ guards streams_, server_count_, lease_count_, draining_/stopping_ and live_; taken from gRPC
 // threads (handshake, stream end) and from the loops; never held while calling a reactor.
 class ServerSet : public std::enable_shared_from_this<ServerSet> {
  public:
@@ -51,8 +56,11 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   std::vector<std::string> server_ids() const;
   // Endpoint connections over all streams.
   size_t endpoint_connections() const;
-  // The servercount the servers last announced (1 until one answers).
+  // How many distinct servers the agent wants: the servercount the servers last announced (1
+  // until one answers), or the lease count per --server-count-source once one is known.
   int64_t server_count() const;
+  // A new count of valid server leases (--count-server-leases; any thread).
+  void set_lease_count(int64_t count);
 
  private:
   enum class Outcome { Connected, Duplicate, Failed };
@@ -64,6 +72,8 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   // Builds the next attempt's config (host round-robin, token) and channel; null on failure.
   std::shared_ptr<grpc::Channel> prepare_attempt(StreamConfig* config);
   bool want_more() const;
+  // The wanted server count (server_count()); mu_ held.
+  int64_t target_count_locked() const;
   // Called from the reactor's callbacks (gRPC threads).
   bool on_handshake(const std::shared_ptr<ServerStreamReactor>& s, const Handshake& h,
                     const std::weak_ptr<Attempt>& attempt);
@@ -83,7 +93,8 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   std::condition_variable all_done_;
   std::map<std::string, std::shared_ptr<ServerStreamReactor>> streams_;  // by server id
   int live_ = 0;  // reactors created whose OnDone has not run yet
-  int64_t server_count_ = 1;
+  int64_t server_count_ = 1;            // last servercount header of a new server
+  std::optional<int64_t> lease_count_;  // last lease count, once one was listed
   bool draining_ = false;
   bool stopping_ = false;
   std::shared_ptr<ServerStreamReactor> pending_;     // the attempt waiting for headers
