@@ -6,12 +6,15 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include <asio/steady_timer.hpp>
+#include <grpc/grpc.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
 #include "core/io/shutdown.h"
 #include "core/kube/api_client.h"
 #include "core/kube/kubeconfig.h"
+#include "core/kube/lease.h"
 #include "proxy-server/auth/token_reviewer.h"
 #include "core/log/log_macros.h"
 #include "core/net/listener.h"
@@ -20,6 +23,7 @@
 #include "proxy-server/frontend/http_connect_frontend.h"
 #include "proxy-server/backend/agent_service.h"
 #include "proxy-server/frontend/proxy_service.h"
+#include "proxy-server/lease_controller.h"
 #include "proxy-server/tunnel/router.h"
 
 namespace konn::server {
@@ -37,6 +41,9 @@ std::string bind_spec(const std::string& address, int port) {
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
   return host + ":" + std::to_string(port);
 }
+
+// How often a draining server looks whether its tunnels are gone (they end on many threads).
+constexpr std::chrono::milliseconds kDrainPoll{50};
 
 }  // namespace
 
@@ -118,19 +125,27 @@ void ServerApp::start() {
              options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
              bind_spec(options_.agent_bind_address, agent_port_));
   }
+  // Published only now: a lease tells agents there is one more server to reach.
+  if (options_.enable_lease_controller) start_leases();
+}
+
+void ServerApp::start_leases() {
+  auto rest = core::kube::load_daemon_rest_config(options_.kubeconfig);
+  std::vector<std::string> ignored;  // validated with the options
+  LeaseController::Settings settings;
+  settings.server_id = options_.server_id;
+  settings.lease_namespace = options_.lease_namespace;
+  settings.labels = core::kube::parse_label_set(options_.lease_label, &ignored);
+  settings.renew_interval =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_renew_interval);
+  leases_ = std::make_unique<LeaseController>(core::kube::api_target_from(rest),
+                                              std::move(settings), metrics_);
+  KONN_LOG(log_, info, "lease controller: apiserver {} ({})", rest.server, rest.source);
+  leases_->start();
 }
 
 void ServerApp::start_token_review() {
-  core::kube::KubeconfigOverrides overrides;
-  overrides.kubeconfig = options_.kubeconfig;
-  auto env = core::kube::KubeconfigEnvironment::from_process();
-  if (options_.kubeconfig.empty()) {
-    // As upstream: an empty --kubeconfig means the in-cluster service account, never
-    // $KUBECONFIG or ~/.kube/config.
-    env.kubeconfig_env.reset();
-    env.home.clear();
-  }
-  auto rest = core::kube::load_rest_config(overrides, env);
+  auto rest = core::kube::load_daemon_rest_config(options_.kubeconfig);
   reviewer_ = std::make_unique<TokenReviewer>(
       core::kube::api_target_from(rest), options_.authentication_audience,
       options_.agent_namespace, options_.agent_service_account, timers_.get_executor(),
@@ -178,6 +193,10 @@ void ServerApp::start_admin() {
   auto ready = [this](const std::string& query) {
     std::vector<core::admin::Check> checks{
         {"ping", [] { return std::optional<std::string>(); }},
+        {"shutdown", [this]() -> std::optional<std::string> {
+           if (!draining_) return std::nullopt;
+           return "server is shutting down";
+         }},
         {"backends", [this]() -> std::optional<std::string> {
            if (router_->backends().ready()) return std::nullopt;
            return "no connection to any proxy agent";
@@ -202,11 +221,17 @@ int ServerApp::run() {
   core::io::ShutdownSignals signals(
       signals_ctx_,
       [this](int sig) {
-        KONN_LOG(log_, info, "signal {}: shutting down (graceful timeout {})", sig,
-                 core::config::format_go_duration(options_.graceful_shutdown_timeout));
-        signals_ctx_.stop();
+        KONN_LOG(log_, info,
+                 "signal {}: shutting down; open tunnels may finish within {} (a second signal "
+                 "exits at once)",
+                 sig, core::config::format_go_duration(options_.graceful_shutdown_timeout));
+        begin_drain();
       },
-      [](int) { std::_Exit(1); });
+      [this](int sig) {
+        KONN_LOG(log_, warn, "signal {} again: exiting now", sig);
+        log_->flush();
+        std::_Exit(1);
+      });
   signals_ctx_.run();
   shutdown();
   return 0;
@@ -214,17 +239,89 @@ int ServerApp::run() {
 
 void ServerApp::stop() { asio::post(signals_ctx_, [this] { signals_ctx_.stop(); }); }
 
+void ServerApp::drain() { asio::post(signals_ctx_, [this] { begin_drain(); }); }
+
+double ServerApp::open_tunnels() const {
+  return metrics_.grpc_proxy.Value() + metrics_.http_connections.Add({}).Value();
+}
+
+void ServerApp::begin_drain() {
+  if (draining_.exchange(true)) return;
+  // The lease goes first, so agents counting leases stop looking for this server.
+  if (leases_) lease_stopper_ = std::thread([this] { leases_->stop(); });
+  auto grace = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      options_.graceful_shutdown_timeout);
+  if (grace.count() <= 0) {
+    signals_ctx_.stop();
+    return;
+  }
+  drain_deadline_ = std::chrono::steady_clock::now() + grace;
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::duration_cast<std::chrono::system_clock::duration>(grace);
+  // grpc::Server::Shutdown stops listening and refuses new calls at once, lets open calls run
+  // until the deadline, then cancels them; it blocks meanwhile, hence a thread each.
+  if (frontend_server_) {
+    frontend_stopper_ = std::thread([this, deadline] { frontend_server_->Shutdown(deadline); });
+  }
+  if (http_connect_) http_connect_->stop();
+  if (agent_server_) {
+    agent_stopper_ = std::thread([this, deadline] {
+      agent_server_->Shutdown(deadline);
+      agent_stopped_ = true;
+    });
+  }
+  KONN_LOG(log_, info, "draining: not ready, no new frontends or agents, {} tunnel(s) open",
+           open_tunnels());
+  auto timer = std::make_shared<asio::steady_timer>(signals_ctx_);
+  auto watch = std::make_shared<std::function<void()>>();
+  *watch = [this, timer, weak = std::weak_ptr<std::function<void()>>(watch)] {
+    if (open_tunnels() <= 0) {
+      KONN_LOG(log_, info, "drained: no tunnel left");
+      signals_ctx_.stop();
+      return;
+    }
+    if (std::chrono::steady_clock::now() >= drain_deadline_) {
+      KONN_LOG(log_, info, "graceful shutdown timeout: closing {} tunnel(s)", open_tunnels());
+      signals_ctx_.stop();
+      return;
+    }
+    timer->expires_after(kDrainPoll);
+    timer->async_wait([weak](const std::error_code& ec) {
+      auto next = weak.lock();
+      if (!ec && next) (*next)();
+    });
+  };
+  (*watch)();
+  // The watch owns itself through its pending wait; released when signals_ctx_ stops.
+  drain_watch_ = watch;
+}
+
 void ServerApp::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  // Stop accepting first; then let open tunnels finish within the graceful timeout, after which
-  // gRPC cancels what is left.
-  auto deadline = std::chrono::system_clock::now() +
-                  std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                      options_.graceful_shutdown_timeout);
-  if (frontend_server_) frontend_server_->Shutdown(deadline);
+  draining_ = true;
+  if (lease_stopper_.joinable()) lease_stopper_.join();
+  if (leases_) leases_->stop();
+  auto now = std::chrono::system_clock::now();
+  if (frontend_stopper_.joinable()) {
+    // Drained (its calls end by themselves) or past the deadline (gRPC cancels them).
+    frontend_stopper_.join();
+  } else if (frontend_server_) {
+    frontend_server_->Shutdown(now);
+  }
   if (http_connect_) http_connect_->stop();
-  if (agent_server_) agent_server_->Shutdown(std::chrono::system_clock::now());
+  if (agent_stopper_.joinable()) {
+    // Agent streams never end by themselves: cancel them (again, should one have slipped in
+    // before Shutdown began refusing calls) until Shutdown returns.
+    while (!agent_stopped_) {
+      grpc_server_cancel_all_calls(agent_server_->c_server());
+      std::this_thread::sleep_for(kDrainPoll);
+    }
+    agent_stopper_.join();
+  } else if (agent_server_) {
+    agent_server_->Shutdown(now);
+  }
+  drain_watch_.reset();
   frontend_server_.reset();
   agent_server_.reset();
   if (pool_) pool_->stop();

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -20,9 +23,16 @@ class HttpConnectServer;
 class TokenReviewer;
 class ProxyServiceImpl;
 class AgentServiceImpl;
+class LeaseController;
 
 // Wires one proxy-server: the Router, the frontend gRPC server (unix socket or TCP+mTLS), the
-// agent gRPC server (TLS, optionally mTLS), a timer thread, and signal handling.
+// agent gRPC server (TLS, optionally mTLS), a timer thread, the lease controller, and signal
+// handling.
+//
+// Shutdown (first SIGTERM/SIGINT): the server turns not-ready (`/readyz` fails its `shutdown`
+// check), deletes its lease, stops accepting frontends and agents, lets open tunnels run, and
+// exits once none is left or --graceful-shutdown-timeout passed (0: at once). A second signal
+// exits at once (status 1).
 class ServerApp {
  public:
   explicit ServerApp(const ServerOptions& options);
@@ -34,6 +44,10 @@ class ServerApp {
   int run();
   // Asks run() to return (tests).
   void stop();
+  // As the first SIGTERM: turn not-ready, stop accepting, let open tunnels finish; run() returns
+  // once none is left or the graceful timeout passed. Call from any thread.
+  void drain();
+  bool draining() const { return draining_.load(); }
 
   // Bound ports (useful when 0 was asked for).
   int agent_port() const { return agent_port_; }
@@ -44,7 +58,12 @@ class ServerApp {
 
  private:
   void shutdown();
+  // On signals_ctx_: the first step of a graceful shutdown.
+  void begin_drain();
+  // Frontend tunnels still open (gRPC Proxy streams and CONNECT connections).
+  double open_tunnels() const;
   void start_admin();
+  void start_leases();
   void start_http_connect();
   unsigned reload_seconds() const;
   void start_token_review();
@@ -60,6 +79,7 @@ class ServerApp {
   std::thread timer_thread_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<TokenReviewer> reviewer_;
+  std::unique_ptr<LeaseController> leases_;
   std::unique_ptr<ProxyServiceImpl> proxy_service_;
   std::unique_ptr<AgentServiceImpl> agent_service_;
   std::unique_ptr<grpc::Server> frontend_server_;
@@ -70,6 +90,13 @@ class ServerApp {
   int agent_port_ = 0;
   int frontend_port_ = 0;
   bool shut_down_ = false;
+  std::atomic<bool> draining_{false};
+  std::chrono::steady_clock::time_point drain_deadline_;  // signals_ctx_ only
+  std::thread lease_stopper_;     // deletes the lease while the tunnels drain
+  std::thread frontend_stopper_;  // grpc::Server::Shutdown(deadline) of the frontend
+  std::thread agent_stopper_;     // and of the agent listener
+  std::atomic<bool> agent_stopped_{false};
+  std::shared_ptr<std::function<void()>> drain_watch_;  // signals_ctx_ only
 };
 
 }  // namespace konn::server
