@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "test-client/channel.h"
+#include "test-client/connect_stream.h"
 #include "test-client/http_get.h"
 #include "test-client/tunnel.h"
 
@@ -32,29 +33,39 @@ bool write_all(int fd, const std::string& bytes) {
 
 }  // namespace
 
-int ClientApp::run() { return options_.pipe ? pipe() : fetch(); }
+int ClientApp::run() {
+  std::unique_ptr<ByteStream> stream = dial();
+  if (!stream) return 1;
+  return options_.pipe ? pipe(*stream) : fetch(*stream);
+}
 
-int ClientApp::fetch() {
-  std::unique_ptr<Tunnel> tunnel;
+std::unique_ptr<ByteStream> ClientApp::dial() {
+  ChannelConfig frontend{options_.proxy_uds, options_.proxy_host,  options_.proxy_port,
+                         options_.ca_cert,   options_.client_cert, options_.client_key};
+  auto timeout = duration_cast<milliseconds>(options_.dial_timeout);
+  std::string error;
   try {
-    ChannelConfig cc{options_.proxy_uds, options_.proxy_host,  options_.proxy_port,
-                     options_.ca_cert,   options_.client_cert, options_.client_key};
-    auto dial = Tunnel::dial(make_channel(cc), options_.request_address(),
-                             duration_cast<milliseconds>(options_.dial_timeout));
-    if (!dial.tunnel) {
-      std::cerr << kProgram << "dial " << options_.request_address() << " failed: " << dial.error
-                << "\n";
-      return 1;
+    if (options_.http_connect()) {
+      auto d = ConnectStream::dial(frontend, options_.request_address(), timeout);
+      if (d.stream) return std::move(d.stream);
+      error = std::move(d.error);
+    } else {
+      auto d = Tunnel::dial(make_channel(frontend), options_.request_address(), timeout);
+      if (d.tunnel) return std::move(d.tunnel);
+      error = std::move(d.error);
     }
-    tunnel = std::move(dial.tunnel);
   } catch (const std::exception& e) {
     std::cerr << kProgram << e.what() << "\n";
-    return 1;
+    return nullptr;
   }
+  std::cerr << kProgram << "dial " << options_.request_address() << " failed: " << error << "\n";
+  return nullptr;
+}
 
-  HttpGetResult r = http_get(*tunnel, options_.request_address(), options_.request_path,
+int ClientApp::fetch(ByteStream& stream) {
+  HttpGetResult r = http_get(stream, options_.request_address(), options_.request_path,
                              duration_cast<milliseconds>(options_.request_timeout));
-  tunnel->close(std::chrono::seconds(5));
+  stream.close(std::chrono::seconds(5));
   if (!r.error.empty()) {
     std::cerr << kProgram << "GET " << options_.request_path << " failed: " << r.error << "\n";
     return 1;
@@ -70,26 +81,10 @@ int ClientApp::fetch() {
   return 0;
 }
 
-int ClientApp::pipe() {
-  std::unique_ptr<Tunnel> tunnel;
-  try {
-    ChannelConfig cc{options_.proxy_uds, options_.proxy_host,  options_.proxy_port,
-                     options_.ca_cert,   options_.client_cert, options_.client_key};
-    auto dial = Tunnel::dial(make_channel(cc), options_.request_address(),
-                             duration_cast<milliseconds>(options_.dial_timeout));
-    if (!dial.tunnel) {
-      std::cerr << kProgram << "dial " << options_.request_address() << " failed: " << dial.error
-                << "\n";
-      return 1;
-    }
-    tunnel = std::move(dial.tunnel);
-  } catch (const std::exception& e) {
-    std::cerr << kProgram << e.what() << "\n";
-    return 1;
-  }
-
-  // The protocol has no half-close: stdin's EOF only stops our sending; the tunnel ends when the
-  // destination closes (CLOSE_RSP). A self-pipe stops the stdin thread once the tunnel ended.
+int ClientApp::pipe(ByteStream& stream) {
+  // stdin's EOF becomes a half-close where the stream can carry one (CONNECT over the unix
+  // socket); otherwise it only stops our sending. Either way the stream ends when the destination
+  // closes. A self-pipe stops the stdin thread once the stream ended.
   int stop[2];
   if (::pipe(stop) != 0) {
     std::cerr << kProgram << "pipe() failed\n";
@@ -106,23 +101,24 @@ int ClientApp::pipe() {
       if (fds[1].revents != 0) return;
       ssize_t n = ::read(0, buf.data(), buf.size());
       if (n < 0 && errno == EINTR) continue;
+      if (n == 0) stream.close_write();
       if (n <= 0) return;
-      if (!tunnel->write(std::string_view(buf.data(), static_cast<size_t>(n)))) return;
+      if (!stream.write(std::string_view(buf.data(), static_cast<size_t>(n)))) return;
     }
   });
 
   bool out_ok = true;
-  while (auto chunk = tunnel->read()) {
+  while (auto chunk = stream.read()) {
     if (!write_all(1, *chunk)) {
       out_ok = false;
       break;
     }
   }
-  std::string reason = tunnel->end_reason();
-  bool ended = tunnel->ended();
+  std::string reason = stream.end_reason();
+  bool ended = stream.ended();
   (void)!::write(stop[1], "x", 1);
-  // close() cancels the stream if needed, which also releases a write blocked in the thread.
-  std::string close_result = tunnel->close(std::chrono::seconds(5));
+  // close() ends the stream if needed, which also releases a write blocked in the thread.
+  stream.close(std::chrono::seconds(5));
   in.join();
   ::close(stop[0]);
   ::close(stop[1]);
@@ -131,7 +127,7 @@ int ClientApp::pipe() {
     return 1;
   }
   if (ended && !reason.empty()) {
-    std::cerr << kProgram << "tunnel ended: " << reason << "\n";
+    std::cerr << kProgram << "stream ended: " << reason << "\n";
     return 1;
   }
   return 0;

@@ -4,7 +4,7 @@
 
 namespace konn::testclient {
 
-HttpGetResult http_get(Tunnel& tunnel, const std::string& host_header, const std::string& path,
+HttpGetResult http_get(ByteStream& tunnel, const std::string& host_header, const std::string& path,
                        std::chrono::milliseconds timeout) {
   using Clock = std::chrono::steady_clock;
   auto deadline = Clock::now() + timeout;
@@ -26,19 +26,19 @@ HttpGetResult http_get(Tunnel& tunnel, const std::string& host_header, const std
       return result;
     }
     switch (tunnel.read_for(&chunk, left)) {
-      case Tunnel::ReadStatus::Data:
+      case ByteStream::ReadStatus::Data:
         parser.feed(chunk);
         break;
-      case Tunnel::ReadStatus::Eof:
+      case ByteStream::ReadStatus::Eof:
         parser.finish();
         break;
-      case Tunnel::ReadStatus::Timeout:
+      case ByteStream::ReadStatus::Timeout:
         break;
     }
   }
   if (parser.status() == HttpResponseParser::Status::Invalid) {
     result.error = parser.error();
-    if (!tunnel.end_reason().empty()) result.error += " (tunnel: " + tunnel.end_reason() + ")";
+    if (!tunnel.end_reason().empty()) result.error += " (stream: " + tunnel.end_reason() + ")";
     return result;
   }
   result.code = parser.code();

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "test-client/tunnel.h"
+#include "test-client/byte_stream.h"
 
 namespace konn::testclient {
 
@@ -16,11 +16,11 @@ struct HttpGetResult {
   std::string body;
 };
 
-// A minimal HTTP/1.1 GET through an established tunnel: sends
+// A minimal HTTP/1.1 GET over an established stream (a tunnel or a CONNECT connection): sends
 // "GET <path> HTTP/1.1" with "Host: <host_header>" and "Connection: close", then reads and parses
-// the response (Content-Length, chunked, or until the tunnel ends) within `timeout`. Does not
-// close the tunnel.
-HttpGetResult http_get(Tunnel& tunnel, const std::string& host_header, const std::string& path,
+// the response (Content-Length, chunked, or until the stream ends) within `timeout`. Does not
+// close the stream.
+HttpGetResult http_get(ByteStream& tunnel, const std::string& host_header, const std::string& path,
                        std::chrono::milliseconds timeout);
 
 }  // namespace konn::testclient

@@ -5,8 +5,11 @@
 namespace konn::testclient {
 
 void TestClientOptions::register_flags(core::config::FlagParser& flags) {
+  flags.add("mode", &mode,
+            "Frontend protocol: grpc (ProxyService over HTTP/2) or http-connect (HTTP/1.1 "
+            "CONNECT, for a proxy-server in --mode=http-connect)");
   flags.add("proxy-uds", &proxy_uds,
-            "Unix socket of the proxy-server's gRPC frontend (plaintext); when set, "
+            "Unix socket of the proxy-server's frontend (plaintext); when set, "
             "--proxy-host/--proxy-port and the certificates are not used");
   flags.add("proxy-host", &proxy_host, "Host of the proxy-server's TCP frontend (mTLS)");
   flags.add("proxy-port", &proxy_port, "Port of the proxy-server's TCP frontend");
@@ -26,12 +29,16 @@ void TestClientOptions::register_flags(core::config::FlagParser& flags) {
       "\"success\")");
   flags.add("pipe", &pipe,
             "Copy stdin into the tunnel and the tunnel to stdout (like nc) instead of a GET");
-  flags.add("dial-timeout", &dial_timeout, "How long to wait for the DIAL_RSP");
+  flags.add("dial-timeout", &dial_timeout,
+            "How long to wait for the DIAL_RSP (http-connect: for the reply to CONNECT)");
   flags.add("request-timeout", &request_timeout, "How long the GET may take after the dial");
 }
 
 std::vector<std::string> TestClientOptions::validate() const {
   std::vector<std::string> errors;
+  if (mode != "grpc" && mode != "http-connect") {
+    errors.push_back("--mode: \"" + mode + "\" is not grpc or http-connect");
+  }
   if (request_host.empty()) errors.push_back("--request-host: must not be empty");
   if (request_port < 1 || request_port > 65535) {
     errors.push_back("--request-port: " + std::to_string(request_port) + " is not in 1..65535");

@@ -13,7 +13,10 @@ namespace konn::testclient {
 
 // Flags of proxy-test-client (names follow upstream's test client where one exists).
 struct TestClientOptions {
-  // Frontend: a unix socket (plaintext gRPC) or TCP with mTLS.
+  // How to talk to the frontend: "grpc" (ProxyService/Proxy over HTTP/2) or "http-connect"
+  // (HTTP/1.1 CONNECT, for a proxy-server in --mode=http-connect).
+  std::string mode = "grpc";
+  // Frontend: a unix socket (plaintext) or TCP with mTLS.
   std::string proxy_uds;
   std::string proxy_host = "localhost";
   int proxy_port = 8090;
@@ -34,6 +37,8 @@ struct TestClientOptions {
   void register_flags(core::config::FlagParser& flags);
   // Every problem at once, each naming its flag.
   std::vector<std::string> validate() const;
+
+  bool http_connect() const { return mode == "http-connect"; }
 
   // "host:port" of the destination (IPv6 literals bracketed).
   std::string request_address() const;

@@ -60,3 +60,21 @@ TEST_CASE("options: unknown flag is an error", "[testclient]") {
   TestClientOptions o;
   CHECK(mentions(parse(o, {"--no-such-flag=1"}), "no-such-flag"));
 }
+
+TEST_CASE("options: --mode is grpc by default, http-connect on request, nothing else", "[testclient]") {
+  TestClientOptions def;
+  CHECK(parse(def, {"--proxy-uds=/tmp/x.sock"}).empty());
+  CHECK(def.mode == "grpc");
+  CHECK_FALSE(def.http_connect());
+
+  TestClientOptions hc;
+  CHECK(parse(hc, {"--mode=http-connect", "--proxy-host=127.0.0.1", "--proxy-port=8131",
+                   "--client-cert=c.crt", "--client-key=c.key", "--pipe"})
+            .empty());
+  CHECK(hc.http_connect());
+
+  TestClientOptions bad;
+  auto errors = parse(bad, {"--proxy-uds=/tmp/x.sock", "--mode=socks5"});
+  CHECK(mentions(errors, "--mode"));
+  CHECK(mentions(errors, "socks5"));
+}

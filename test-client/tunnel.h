@@ -17,6 +17,7 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include "konnectivity/client.grpc.pb.h"
+#include "test-client/byte_stream.h"
 
 namespace konn::testclient {
 
@@ -28,7 +29,7 @@ namespace konn::testclient {
 // kInboxLimit; beyond that it stops reading, so HTTP/2 flow control pushes back on the server).
 // write() and close() may run on one thread while read() runs on another; two concurrent
 // writers are serialised.
-class Tunnel {
+class Tunnel final : public ByteStream {
  public:
   // Largest DATA payload write() sends.
   static constexpr size_t kMaxChunk = 256 * 1024;
@@ -48,35 +49,36 @@ class Tunnel {
 
   // Cancels the stream if it is still open (without CLOSE_REQ; use close() for a clean end) and
   // joins the reader thread.
-  ~Tunnel();
-  Tunnel(const Tunnel&) = delete;
-  Tunnel& operator=(const Tunnel&) = delete;
+  ~Tunnel() override;
 
   int64_t connect_id() const { return connect_id_; }
   int64_t dial_id() const { return dial_id_; }
 
   // Sends `bytes` as DATA packets of at most kMaxChunk. Blocks while HTTP/2 flow control holds
   // the stream. Returns false when the tunnel ended (EOF seen or stream broken) or was closed.
-  bool write(std::string_view bytes);
+  bool write(std::string_view bytes) override;
 
-  enum class ReadStatus { Data, Eof, Timeout };
+  // The protocol has no half-close: nothing is sent (returns false); the destination learns that
+  // we are done only from close()'s CLOSE_REQ.
+  bool close_write() override { return false; }
+
   // The next received bytes, in order; nullopt once the tunnel ended (CLOSE_RSP, DIAL_CLS or the
   // stream ended) and everything before that was read. Blocks.
-  std::optional<std::string> read();
+  std::optional<std::string> read() override;
   // As read(), giving up after `timeout`. On Data, `*out` holds the bytes.
-  ReadStatus read_for(std::string* out, std::chrono::milliseconds timeout);
+  ReadStatus read_for(std::string* out, std::chrono::milliseconds timeout) override;
 
   // Sends CLOSE_REQ and waits (up to `timeout` in all) for CLOSE_RSP, then ends the stream
   // (half-close, or cancel if the server does not finish it in time). Received bytes not yet
   // read are discarded. Returns "" on a clean close, else what went wrong (CLOSE_RSP error text,
   // "no CLOSE_RSP within ...", "stream ended: ..."). Idempotent: later calls return the first
   // result.
-  std::string close(std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  std::string close(std::chrono::milliseconds timeout = std::chrono::seconds(5)) override;
 
   // Whether the tunnel ended (from the far side or the stream), and why: "" for a CLOSE_RSP
   // without error, its error text otherwise, "stream ended: <status>" for a broken stream.
-  bool ended() const;
-  std::string end_reason() const;
+  bool ended() const override;
+  std::string end_reason() const override;
   // The gRPC status the stream finished with (OK until it finished).
   grpc::Status status() const;
 
