@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
       "kubeproxy-http", "Creates a proxy server or application-level gateway between localhost and "
                         "the Kubernetes API server (kubectl proxy compatible).");
   options.register_flags(flags);
+  flags.add_check_config();
   auto parsed = flags.parse(argc, argv);
   if (parsed.exit_now) {
     std::cout << parsed.output;
@@ -20,12 +21,12 @@ int main(int argc, char** argv) {
   }
   auto errors = parsed.errors;
   for (auto& e : options.validate(flags.was_set("port"))) errors.push_back(std::move(e));
+  if (!konn::core::log::set_level(options.log_level)) {
+    errors.push_back("--log-level: unknown level \"" + options.log_level + "\"");
+  }
+  if (parsed.check_config) return konn::core::config::finish_check_config("kubeproxy-http", errors);
   if (!errors.empty()) {
     for (const auto& e : errors) std::cerr << "error: " << e << "\n";
-    return 1;
-  }
-  if (!konn::core::log::set_level(options.log_level)) {
-    std::cerr << "error: --log-level: unknown level \"" << options.log_level << "\"\n";
     return 1;
   }
   options.print(*konn::core::log::get("kubeproxy"));

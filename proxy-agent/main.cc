@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   konn::core::config::FlagParser parser(
       "proxy-agent", "Konnectivity proxy-agent: dials endpoints for the proxy-server");
   options.register_flags(parser);
+  parser.add_check_config();
   auto parsed = parser.parse(argc, argv);
   if (parsed.exit_now) {
     std::cout << parsed.output;
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   options.apply_environment();
   auto errors = parsed.errors;
   if (errors.empty()) errors = options.validate();
+  if (parsed.check_config) return konn::core::config::finish_check_config("proxy-agent", errors);
   if (!errors.empty()) {
     for (const auto& e : errors) std::cerr << "proxy-agent: " << e << "\n";
     return 1;

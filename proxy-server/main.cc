@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   konn::server::ServerOptions options;
   konn::core::config::FlagParser parser("proxy-server", "Konnectivity proxy server");
   options.register_flags(parser);
+  parser.add_check_config();
   auto parsed = parser.parse(argc, argv);
   if (parsed.exit_now) {
     std::fputs(parsed.output.c_str(), stdout);
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   if (!konn::core::log::set_level(options.log_level)) {
     errors.push_back("--v: unknown log level \"" + options.log_level + "\"");
   }
+  if (parsed.check_config) return konn::core::config::finish_check_config("proxy-server", errors);
   if (!errors.empty()) {
     for (const auto& e : errors) std::fprintf(stderr, "proxy-server: %s\n", e.c_str());
     return 1;

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   konn::socks5::Socks5Options options;
   konn::core::config::FlagParser parser("socks5", "SOCKS5 server (CONNECT, BIND, UDP ASSOCIATE)");
   options.register_flags(parser);
+  parser.add_check_config();
   auto parsed = parser.parse(argc, argv);
   if (parsed.exit_now) {
     std::printf("%s", parsed.output.c_str());
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   auto errors = parsed.errors;
   for (auto& e : options.validate()) errors.push_back(e);
   if (!konn::core::log::set_level(options.log_level)) errors.push_back("--log-level: unknown level");
+  if (parsed.check_config) return konn::core::config::finish_check_config("socks5", errors);
   if (!errors.empty()) {
     for (const auto& e : errors) std::fprintf(stderr, "socks5: %s\n", e.c_str());
     return 2;

@@ -1,6 +1,7 @@
 #include "core/config/flag_parser.h"
 
 #include <charconv>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 
@@ -151,6 +152,33 @@ void FlagParser::add_custom(const std::string& name,
   add_raw(name, help, takes_value, std::move(apply));
 }
 
+void FlagParser::add_check_config() {
+  add("check-config", &check_config_,
+      "Validate the flags and the --config file, print \"configuration OK\" (exit 0) or every "
+      "error (exit 2), and exit. Checks values only: files the options name (certificates, keys, "
+      "kubeconfig, token, users file) are not opened and nothing is bound");
+}
+
+bool FlagParser::check_config_requested() const {
+  // Read from the raw results too: when parsing stops early (an unreadable --config file) the
+  // flag's callback has not run, yet the caller asked for a check and expects its exit status.
+  auto* opt = app_->get_option_no_throw("--check-config");
+  if (opt == nullptr || opt->count() == 0) return false;
+  bool value = true;
+  const auto& raw = opt->results();
+  if (!raw.empty() && !parse_bool(raw.back(), &value).empty()) return true;
+  return value;
+}
+
+int finish_check_config(const std::string& program, const std::vector<std::string>& errors) {
+  if (errors.empty()) {
+    std::fputs("configuration OK\n", stdout);
+    return 0;
+  }
+  for (const auto& e : errors) std::fprintf(stderr, "%s: %s\n", program.c_str(), e.c_str());
+  return 2;
+}
+
 FlagParser::Result FlagParser::parse(int argc, const char* const* argv) {
   Result result;
   errors_.clear();
@@ -168,6 +196,7 @@ FlagParser::Result FlagParser::parse(int argc, const char* const* argv) {
     errors_.push_back(e.what());
   }
   result.errors = errors_;
+  result.check_config = check_config_requested();
   return result;
 }
 

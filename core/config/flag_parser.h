@@ -44,8 +44,15 @@ class FlagParser {
   void add_custom(const std::string& name, std::function<std::string(const std::string&)> apply,
                   const std::string& help, bool takes_value = true);
 
+  // Adds `--check-config`: the daemon validates its flags, values and --config file, prints the
+  // outcome and exits, binding nothing and opening none of the files the options name (so a
+  // manifest can be checked where its certificate paths do not exist). The daemon's main ends
+  // the run with finish_check_config() once its own validation has run.
+  void add_check_config();
+
   struct Result {
     bool exit_now = false;            // --help was given: print `output` and exit 0
+    bool check_config = false;        // --check-config was given: see finish_check_config()
     std::vector<std::string> errors;  // every problem found, each naming its flag
     std::string output;               // help text
   };
@@ -58,8 +65,15 @@ class FlagParser {
   void add_raw(const std::string& name, const std::string& help, bool takes_value,
                std::function<std::string(const std::string&)> apply);
 
+  bool check_config_requested() const;
+
   std::unique_ptr<CLI::App> app_;
   std::vector<std::string> errors_;
+  bool check_config_ = false;
 };
+
+// Ends a `--check-config` run: prints "configuration OK" on stdout and returns 0, or prints each
+// error as "<program>: <error>" on stderr and returns 2 (the exit status main() should return).
+int finish_check_config(const std::string& program, const std::vector<std::string>& errors);
 
 }  // namespace konn::core::config

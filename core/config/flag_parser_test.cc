@@ -113,3 +113,39 @@ TEST_CASE("the help flag asks to print usage and exit", "[config]") {
   CHECK(r.output.find("--uds-name") == std::string::npos);
   CHECK(r.output.find("--keepalive-time") != std::string::npos);
 }
+
+namespace {
+
+FlagParser::Result run_checked(std::vector<std::string> args) {
+  std::string mode = "grpc";
+  FlagParser p("prog", "test");
+  p.add("mode", &mode, "mode");
+  p.add_check_config();
+  std::vector<const char*> argv{"prog"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  return p.parse(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+TEST_CASE("check-config is off unless asked for, and only where a daemon offers it", "[config]") {
+  CHECK_FALSE(run_checked({"--mode=x"}).check_config);
+  CHECK(run_checked({"--check-config", "--mode=x"}).check_config);
+  CHECK(run_checked({"--mode=x", "--check-config=true"}).check_config);
+  CHECK_FALSE(run_checked({"--check-config=false"}).check_config);
+  Opts o;
+  auto without = run(o, {"--check-config"});
+  CHECK_FALSE(without.check_config);
+  CHECK_FALSE(without.errors.empty());
+}
+
+TEST_CASE("check-config is still reported when the config file cannot be read", "[config]") {
+  auto r = run_checked({"--check-config", "--config=/nonexistent/konn-check.yaml"});
+  CHECK(r.check_config);
+  CHECK_FALSE(r.errors.empty());
+}
+
+TEST_CASE("finish_check_config exits 0 when clean and 2 with errors", "[config]") {
+  CHECK(konn::core::config::finish_check_config("prog", {}) == 0);
+  CHECK(konn::core::config::finish_check_config("prog", {"--mode: bad"}) == 2);
+}
