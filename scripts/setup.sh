@@ -11,6 +11,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
   libhttp-parser-dev libc-ares-dev
   openssl curl nodejs npm wrk
+  dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the packages' Depends (tests/manifests)
 )
 
 missing=()
