@@ -23,7 +23,6 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <set>
 #include <spawn.h>
 #include <sstream>
 #include <string>
@@ -40,7 +39,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // Image name (last path segment, without tag) → the binary it runs.
-const std::set<std::string> kDaemons = {"proxy-server", "proxy-agent", "socks5", "kubeproxy-http"};
+constexpr std::array<std::string_view, 4> kDaemons = {"proxy-server", "proxy-agent", "socks5",
+                                                      "kubeproxy-http"};
 
 std::vector<std::string> g_problems;
 
@@ -77,10 +77,12 @@ Run run(const std::vector<std::string>& argv,
   }
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::vector<std::string> args = argv;
   std::vector<char*> cargv;
+  cargv.reserve(args.size() + 1);
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
 
@@ -155,7 +157,7 @@ std::string image_daemon(const std::string& image) {
   std::string name = image.substr(0, image.find_first_of(":@"));
   auto slash = name.rfind('/');
   if (slash != std::string::npos) name = name.substr(slash + 1);
-  return kDaemons.count(name) != 0 ? name : "";
+  return std::find(kDaemons.begin(), kDaemons.end(), name) != kDaemons.end() ? name : "";
 }
 
 std::string basename_of(const std::string& path) {
