@@ -346,8 +346,8 @@ class Connection final : public ConnectStream {
         if (ec) {
           ended_ = true;
           // A TLS peer that closes without close_notify gives stream_truncated: still an end.
-          bool clean = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated ||
-                       closing_;
+          bool clean =
+              ec == asio::error::eof || ec == asio::ssl::error::stream_truncated || closing_;
           if (!clean) end_reason_ = "connection: " + ec.message();
         }
       }

@@ -79,7 +79,8 @@ TEST_CASE("connect stream: CONNECT with Host, 200, then the bytes go both ways",
   CHECK_FALSE(d.stream->write("late"));
 }
 
-TEST_CASE("connect stream: bytes right after the 200 head belong to the destination", "[testclient]") {
+TEST_CASE("connect stream: bytes right after the 200 head belong to the destination",
+          "[testclient]") {
   Fixture f;
   SECTION("in the same write as the head") {
     auto d = ConnectStream::dial(f.unix_frontend(), "early:80", 5s * kSlowFactor);
@@ -124,7 +125,8 @@ TEST_CASE("connect stream: nobody on the socket", "[testclient]") {
   CHECK(d.error.rfind("connect unix " + dir.file("none.sock") + ": ", 0) == 0);
 }
 
-TEST_CASE("connect stream: close_write half-closes the unix socket and reading goes on", "[testclient]") {
+TEST_CASE("connect stream: close_write half-closes the unix socket and reading goes on",
+          "[testclient]") {
   Fixture f;
   auto d = ConnectStream::dial(f.unix_frontend(), "sink:80", 5s * kSlowFactor);
   REQUIRE(d.stream);
@@ -188,7 +190,8 @@ TEST_CASE("connect stream: TCP with mutual TLS", "[testclient]") {
     fe.ca_cert = certs.ca_crt;
     auto r = ConnectStream::dial(fe, "echo:443", 5s * kSlowFactor);
     CHECK_FALSE(r.stream);
-    CHECK(r.error.rfind("TLS handshake with 127.0.0.1:" + std::to_string(f.fake->tls_port()), 0) == 0);
+    CHECK(r.error.rfind("TLS handshake with 127.0.0.1:" + std::to_string(f.fake->tls_port()), 0) ==
+          0);
   }
   SECTION("an unreadable certificate file is named") {
     ChannelConfig fe = f.tls_frontend();

@@ -51,8 +51,9 @@ std::deque<std::string> bytewise(const std::string& s) {
 
 TEST_CASE("http_get over any byte stream: request line, Host, and a response in 1-byte pieces",
           "[testclient]") {
-  ScriptedStream s(bytewise("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                            "5\r\nhello\r\n0\r\n\r\n"));
+  ScriptedStream s(
+      bytewise("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               "5\r\nhello\r\n0\r\n\r\n"));
   auto r = http_get(s, "10.0.0.5:10250", "healthz", 1s);
   CHECK(r.error.empty());
   CHECK(r.code == 200);

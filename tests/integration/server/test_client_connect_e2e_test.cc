@@ -54,10 +54,10 @@ struct ConnectClientStack {
     o.binary = "proxy-test-client";
     o.args = {"--mode=http-connect"};
     if (tcp_) {
-      o.args.insert(o.args.end(),
-                    {"--proxy-host=127.0.0.1", "--proxy-port=" + std::to_string(server.frontend_port()),
-                     "--ca-cert=" + certs.ca_crt, "--client-cert=" + certs.client_crt,
-                     "--client-key=" + certs.client_key});
+      o.args.insert(o.args.end(), {"--proxy-host=127.0.0.1",
+                                   "--proxy-port=" + std::to_string(server.frontend_port()),
+                                   "--ca-cert=" + certs.ca_crt, "--client-cert=" + certs.client_crt,
+                                   "--client-key=" + certs.client_key});
     } else {
       o.args.push_back("--proxy-uds=" + server.uds_path());
     }
@@ -198,9 +198,12 @@ TEST_CASE("test client http-connect over TCP with mTLS: GET, pipe and a refused 
   SECTION("without a client certificate the TLS handshake fails: exit 1") {
     ProcessOptions o;
     o.binary = "proxy-test-client";
-    o.args = {"--mode=http-connect", "--proxy-host=127.0.0.1",
+    o.args = {"--mode=http-connect",
+              "--proxy-host=127.0.0.1",
               "--proxy-port=" + std::to_string(st.server.frontend_port()),
-              "--ca-cert=" + st.certs.ca_crt, "--request-host=127.0.0.1", "--request-port=1"};
+              "--ca-cert=" + st.certs.ca_crt,
+              "--request-host=127.0.0.1",
+              "--request-port=1"};
     auto r = run_process(o, 30s);
     CHECK(r.exit_code == 1);
     CHECK(r.output.find("failed: ") != std::string::npos);

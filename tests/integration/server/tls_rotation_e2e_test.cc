@@ -92,8 +92,7 @@ TEST_CASE("http-connect mTLS frontend: rotating the server certificate keeps a C
   konn::e2e::ServerSpec spec;
   spec.tcp_frontend = true;
   // --cert-reload-interval governs how often both listeners look at their files; 1s is its floor.
-  spec.extra_args = {"--mode=http-connect",
-                     "--server-cert=" + (root / "live/server.crt").string(),
+  spec.extra_args = {"--mode=http-connect", "--server-cert=" + (root / "live/server.crt").string(),
                      "--server-key=" + (root / "live/server.key").string(),
                      "--cert-reload-interval=1s"};
   konn::e2e::ServerProcess server(dir, certs, spec);
@@ -106,8 +105,8 @@ TEST_CASE("http-connect mTLS frontend: rotating the server certificate keeps a C
   REQUIRE(old_id != new_id);
   REQUIRE(presented_identity(server.frontend_port(), certs) == old_id);
 
-  ChannelConfig frontend{"", "127.0.0.1", server.frontend_port(), certs.ca_crt, certs.client_crt,
-                         certs.client_key};
+  ChannelConfig frontend{"",           "127.0.0.1",      server.frontend_port(),
+                         certs.ca_crt, certs.client_crt, certs.client_key};
   auto dialed = ConnectStream::dial(frontend, echo.address(), 10s);
   REQUIRE(dialed.error.empty());
   ByteStream& stream = *dialed.stream;
