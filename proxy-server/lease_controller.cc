@@ -135,8 +135,8 @@ core::io::Awaitable<void> LeaseController::renew_once() {
       own_ = std::move(put.lease);
       break;
     }
-    own_.reset();
     if (put.response.status == 409 || put.response.status == 404) {
+      own_.reset();  // stale or gone: read it again
       if (round == 1) failure = "update: " + describe(put);
       continue;
     }
@@ -184,12 +184,16 @@ core::io::Awaitable<void> LeaseController::collect_once() {
 }
 
 core::io::Awaitable<void> LeaseController::release() {
-  if (!own_) co_return;
   auto ex = ctx_.get_executor();
-  auto gone = co_await client_.remove(ex, name_, own_->resource_version);
+  // By name, without a resourceVersion precondition: the name carries this server's id, and the
+  // last renewal may have been applied without its answer reaching us.
+  std::string any_version;
+  auto gone = co_await client_.remove(ex, name_, any_version);
   observe_delete(gone);
   if (gone.response.status == 200 || gone.response.status == 202) {
     KONN_LOG(log_, info, "deleted own lease {}/{}", settings_.lease_namespace, name_);
+  } else if (gone.response.status == 404) {
+    KONN_LOG(log_, info, "own lease {}/{} already gone", settings_.lease_namespace, name_);
   } else {
     KONN_LOG(log_, warn, "cannot delete own lease {}/{} (it expires by itself): {}",
              settings_.lease_namespace, name_, describe(gone));

@@ -43,9 +43,9 @@ class LeaseController {
 
   // Starts the thread; the first renewal and collection run at once.
   void start();
-  // Stops renewing and deletes this server's own lease so agents stop counting it, then joins
-  // the thread. Bounded by about two request timeouts (one call in flight, then the delete).
-  // Idempotent.
+  // Stops renewing and deletes this server's own lease (by name) so agents stop counting it,
+  // then joins the thread. Bounded by about two request timeouts (one call in flight, then the
+  // delete). Idempotent.
   void stop();
 
   static std::string lease_name(const std::string& server_id) {

@@ -256,12 +256,18 @@ void ServerApp::begin_drain() {
     return;
   }
   drain_deadline_ = std::chrono::steady_clock::now() + grace;
-  auto deadline = std::chrono::system_clock::now() +
-                  std::chrono::duration_cast<std::chrono::system_clock::duration>(grace);
   // grpc::Server::Shutdown stops listening and refuses new calls at once, lets open calls run
-  // until the deadline, then cancels them; it blocks meanwhile, hence a thread each.
+  // until the deadline, then cancels them; it blocks meanwhile, hence a thread each. The watch
+  // below decides when to end (no tunnel left, or the graceful timeout) and cancels the calls
+  // itself; gRPC's own deadline is only a backstop.
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::duration_cast<std::chrono::system_clock::duration>(grace) +
+                  std::chrono::seconds(10);
   if (frontend_server_) {
-    frontend_stopper_ = std::thread([this, deadline] { frontend_server_->Shutdown(deadline); });
+    frontend_stopper_ = std::thread([this, deadline] {
+      frontend_server_->Shutdown(deadline);
+      frontend_stopped_ = true;
+    });
   }
   if (http_connect_) http_connect_->stop();
   if (agent_server_) {
@@ -303,21 +309,24 @@ void ServerApp::shutdown() {
   if (lease_stopper_.joinable()) lease_stopper_.join();
   if (leases_) leases_->stop();
   auto now = std::chrono::system_clock::now();
+  // After a drain: cancel what is left (tunnels past the graceful timeout; agent streams, which
+  // never end by themselves), again until Shutdown returned, should a call have slipped in
+  // before Shutdown began refusing them.
+  auto finish = [](grpc::Server* server, std::thread& stopper, std::atomic<bool>& stopped) {
+    while (!stopped) {
+      grpc_server_cancel_all_calls(server->c_server());
+      std::this_thread::sleep_for(kDrainPoll);
+    }
+    stopper.join();
+  };
   if (frontend_stopper_.joinable()) {
-    // Drained (its calls end by themselves) or past the deadline (gRPC cancels them).
-    frontend_stopper_.join();
+    finish(frontend_server_.get(), frontend_stopper_, frontend_stopped_);
   } else if (frontend_server_) {
     frontend_server_->Shutdown(now);
   }
   if (http_connect_) http_connect_->stop();
   if (agent_stopper_.joinable()) {
-    // Agent streams never end by themselves: cancel them (again, should one have slipped in
-    // before Shutdown began refusing calls) until Shutdown returns.
-    while (!agent_stopped_) {
-      grpc_server_cancel_all_calls(agent_server_->c_server());
-      std::this_thread::sleep_for(kDrainPoll);
-    }
-    agent_stopper_.join();
+    finish(agent_server_.get(), agent_stopper_, agent_stopped_);
   } else if (agent_server_) {
     agent_server_->Shutdown(now);
   }

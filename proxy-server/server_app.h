@@ -95,6 +95,7 @@ class ServerApp {
   std::thread lease_stopper_;     // deletes the lease while the tunnels drain
   std::thread frontend_stopper_;  // grpc::Server::Shutdown(deadline) of the frontend
   std::thread agent_stopper_;     // and of the agent listener
+  std::atomic<bool> frontend_stopped_{false};
   std::atomic<bool> agent_stopped_{false};
   std::shared_ptr<std::function<void()>> drain_watch_;  // signals_ctx_ only
 };

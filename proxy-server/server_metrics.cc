@@ -84,6 +84,10 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
   http_connections.Add({});
   culled_leases_count.Add({});
   tunnels_over_cap_total.Add({});
+  // Shown at 0 from the start, so a dashboard's rate() has a series before the first pause.
+  for (const char* reason : {"queue_full", "no_credit"}) {
+    reads_paused_total.Add({{"reason", reason}});
+  }
   for (const char* m : {"Proxy", "Connect"}) full_receive_channels.Add({{"service_method", m}});
   for (const char* reason : {"no_agent", "error_response", "unrecognized_response", "send_rsp",
                              "backend_close", "backend_dial_timeout", "frontend_close"}) {
