@@ -6,8 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include "test-client/tunnel.h"
-#include "tests/integration/server/fake_apiserver.h"
 #include "tests/integration/tunnel/tunnel_stack.h"
+#include "tests/support/fake_apiserver.h"
 
 using namespace std::chrono_literals;
 using konn::e2e::FakeApiserver;

@@ -1,0 +1,140 @@
+// Draining: an agent on SIGTERM (no new dials while another agent serves, open tunnels finish)
+// and the server on SIGTERM (not ready, no new frontends, open tunnels finish, exit by the
+// graceful timeout; a second signal exits at once).
+#include <csignal>
+
+#include <catch2/catch.hpp>
+
+#include "tests/integration/ha/ha_fleet.h"
+#include "tests/integration/ha/ha_test_util.h"
+#include "tests/integration/tunnel/e2e_macros.h"
+#include "tests/support/echo_server.h"
+
+using namespace konn::e2e;
+using konn::testclient::Tunnel;
+using konn::testsupport::eventually;
+
+namespace {
+
+void echo_once(Tunnel& t, const std::string& payload) {
+  REQUIRE(t.write(payload));
+  std::string got;
+  while (got.size() < payload.size()) {
+    std::string chunk;
+    REQUIRE(t.read_for(&chunk, 10s) == Tunnel::ReadStatus::Data);
+    got += chunk;
+  }
+  CHECK(got == payload);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "drain: a draining agent gets no new dials while another serves, and its open tunnel "
+    "finishes",
+    "[e2e][ha][drain]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-ha"};
+  konn::testsupport::EchoServer echo;
+  FleetServer s(certs, "s1", {});
+  s.start();
+  FleetAgent a(dir, certs, "leaving", s.agent_port(), {});
+  FleetAgent b(dir, certs, "staying", s.agent_port(), {});
+  REQUIRE(eventually([&] { return s.ready_agents() == 2; }, 20s));
+  auto ch = s.channel();
+
+  // Open tunnels until one runs through the agent that will leave.
+  std::unique_ptr<Tunnel> on_a;
+  std::vector<std::unique_ptr<Tunnel>> others;
+  for (int i = 0; i < 40 && !on_a; ++i) {
+    int before = a.dials();
+    auto t = echo_tunnel(ch, echo.address());
+    if (a.dials() > before) {
+      on_a = std::move(t);
+    } else {
+      others.push_back(std::move(t));
+    }
+  }
+  REQUIRE(on_a);
+
+  a.process().kill(SIGTERM);
+  REQUIRE(s.process().wait_for_log("agent leaving is draining", 10s));
+  int a_dials = a.dials();
+  int b_dials = b.dials();
+  for (int i = 0; i < 12; ++i) echo_tunnel(ch, echo.address())->close();
+  CHECK(eventually([&] { return b.dials() == b_dials + 12; }, 10s));
+  CHECK(a.dials() == a_dials);
+
+  // The draining agent's tunnel still carries bytes both ways, then ends cleanly.
+  echo_once(*on_a, "still draining");
+  CHECK(on_a->close().empty());
+  CHECK(a.process().wait_exit(20s) == 0);
+  CHECK(a.process().count_in_log("drained") >= 1);
+  for (auto& t : others) echo_once(*t, "the other agent is still here");
+}
+
+TEST_CASE(
+    "drain: server SIGTERM turns not ready, refuses new frontends, lets the open tunnel "
+    "finish, then exits",
+    "[e2e][ha][drain]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-ha"};
+  konn::testsupport::EchoServer echo;
+  // The timeout is far beyond the test: the server must leave because the tunnel ended.
+  FleetServer s(certs, "s1", {"--graceful-shutdown-timeout=5m"});
+  s.start();
+  FleetAgent a(dir, certs, "a1", s.agent_port(), {});
+  REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
+  CHECK(http_get_local(s.health_port(), "/readyz").status == 200);
+  auto t = echo_tunnel(s.channel(), echo.address());
+
+  s.process().kill(SIGTERM);
+  REQUIRE(s.process().wait_for_log("draining: not ready", 10s));
+  auto ready = http_get_local(s.health_port(), "/readyz?verbose");
+  CHECK(ready.status == 503);
+  CHECK(ready.body.find("[-]shutdown failed: server is shutting down") != std::string::npos);
+  CHECK(http_get_local(s.health_port(), "/healthz").status == 200);
+  // No new frontend: the listener is gone.
+  auto late = Tunnel::dial(s.channel(false), echo.address(), 3s);
+  CHECK_FALSE(late.tunnel);
+  // The open tunnel still works, and the server leaves once it is closed.
+  echo_once(*t, "after SIGTERM");
+  CHECK(s.process().running());
+  CHECK(t->close().empty());
+  CHECK(s.process().wait_exit(60s) == 0);
+  CHECK(s.process().count_in_log("drained: no tunnel left") == 1);
+}
+
+TEST_CASE("drain: server graceful timeout closes what is left, a second signal exits at once",
+          "[e2e][ha][drain]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-ha"};
+  konn::testsupport::EchoServer echo;
+
+  SECTION("timeout") {
+    FleetServer s(certs, "s1", {"--graceful-shutdown-timeout=1s"});
+    s.start();
+    FleetAgent a(dir, certs, "a1", s.agent_port(), {});
+    REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
+    auto t = echo_tunnel(s.channel(), echo.address());
+    s.process().kill(SIGTERM);
+    CHECK(s.process().wait_exit(60s) == 0);
+    CHECK(s.process().count_in_log("graceful shutdown timeout: closing 1 tunnel(s)") == 1);
+    CHECK(eventually([&] { return t->ended(); }, 20s));
+  }
+  SECTION("second signal") {
+    FleetServer s(certs, "s1", {"--graceful-shutdown-timeout=5m"});
+    s.start();
+    FleetAgent a(dir, certs, "a1", s.agent_port(), {});
+    REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
+    auto t = echo_tunnel(s.channel(), echo.address());
+    s.process().kill(SIGTERM);
+    REQUIRE(s.process().wait_for_log("draining: not ready", 10s));
+    s.process().kill(SIGINT);
+    CHECK(s.process().wait_exit(20s) == 1);
+    CHECK(s.process().count_in_log("again: exiting now") == 1);
+  }
+}

@@ -1,0 +1,192 @@
+// /metrics of the server and the agent: every scrape is valid Prometheus text (a strict parser,
+// and promtool when installed), and the metrics move when their event happens.
+#include <cstdlib>
+#include <fstream>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "tests/integration/ha/ha_fleet.h"
+#include "tests/integration/ha/ha_test_util.h"
+#include "tests/integration/tunnel/e2e_macros.h"
+#include "tests/support/echo_server.h"
+#include "tests/support/loopback.h"
+
+using namespace konn::e2e;
+using konn::testclient::Tunnel;
+using konn::testsupport::eventually;
+
+namespace {
+
+const std::string kServer = "konnectivity_network_proxy_server_";
+const std::string kAgent = "konnectivity_network_proxy_agent_";
+
+// promtool from $PATH (scripts/setup.sh puts it in /usr/local/bin); "" when absent.
+std::string promtool() {
+  const char* env = std::getenv("PATH");
+  std::string path = std::string(env != nullptr ? env : "") + ":/usr/local/bin";
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t colon = path.find(':', start);
+    std::string dir =
+        path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    std::string p = (dir.empty() ? "." : dir) + "/promtool";
+    if (::access(p.c_str(), X_OK) == 0) return p;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return {};
+}
+
+// Every problem of one scrape: the strict parser's, then promtool's (parse errors only; its lint
+// findings are about upstream's names, which konn keeps on purpose).
+void check_scrape(uint16_t port, const konn::testsupport::TempDir& dir, const std::string& who) {
+  auto r = http_get_local(port, "/metrics");
+  REQUIRE(r.status == 200);
+  auto parsed = parse_prometheus_text(r.body);
+  INFO(who << " /metrics:\n" << r.body);
+  CHECK(parsed.errors.empty());
+  for (const auto& e : parsed.errors) UNSCOPED_INFO(e);
+  CHECK(parsed.families.size() > 10);
+  std::string tool = promtool();
+  if (tool.empty()) {
+    WARN("promtool not installed (scripts/setup.sh installs it): strict parser only");
+    return;
+  }
+  std::string file = dir.file(who + ".metrics");
+  std::ofstream(file) << r.body;
+  konn::testsupport::ProcessOptions o;
+  o.binary = tool;
+  o.args = {"check", "metrics"};
+  o.stdin_path = file;
+  auto run = konn::testsupport::run_process(o, 30s);
+  INFO("promtool: " << run.output);
+  // Exit 1 and "error while linting: text format parsing error" mean the text did not parse;
+  // exit 3 lists lint findings only (upstream's `dial_failure_count` counter has no `_total`).
+  CHECK((run.exit_code == 0 || run.exit_code == 3));
+  CHECK(run.output.find("error while linting") == std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("metrics: full scrapes parse as Prometheus text and the named metrics move",
+          "[e2e][ha][metrics]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-ha"};
+  konn::testsupport::EchoServer echo;
+  FleetServer s(certs, "s1", {});
+  s.start();
+  FleetServer lonely(certs, "lonely", {});  // no agent ever: dials fail with no_agent
+  lonely.start();
+  FleetAgent a(dir, certs, "a1", s.agent_port(), {});
+  REQUIRE(eventually([&] { return s.ready_agents() == 1 && a.servers() == 1; }, 20s));
+
+  auto before = s.metrics();
+  REQUIRE(before.errors.empty());
+  CHECK(before.value(kServer + "grpc_connections", {{"service_method", "Connect"}}) == 1);
+  CHECK(before.value(kServer + "ready_backend_connections").has_value());
+  CHECK(a.metric(kAgent + "known_server_count") == 1);
+
+  // A tunnel: dial, bytes both ways, then close.
+  auto ch = s.channel();
+  std::string payload(100000, 'x');
+  auto t = echo_tunnel(ch, echo.address(), payload);
+  auto during = s.metrics();
+  CHECK(during.value(kServer + "grpc_connections", {{"service_method", "Proxy"}}) == 1);
+  CHECK(during.value(kServer + "established_connections") == 1);
+  CHECK(a.metric(kAgent + "open_endpoint_connections") == 1);
+  t->close();
+  CHECK(eventually([&] { return s.metric(kServer + "established_connections") == 0; }, 10s));
+  auto after = s.metrics();
+  REQUIRE(after.errors.empty());
+  auto grew = [&](const std::string& name, const std::map<std::string, std::string>& labels,
+                  double by) {
+    double was = before.value(name, labels).value_or(0);
+    double now = after.value(name, labels).value_or(0);
+    INFO(name << " went from " << was << " to " << now);
+    CHECK(now >= was + by);
+  };
+  grew(kServer + "stream_packets_total", {{"segment", "from_client"}, {"packet_type", "DIAL_REQ"}},
+       1);
+  grew(kServer + "stream_packets_total", {{"segment", "to_agent"}, {"packet_type", "DIAL_REQ"}}, 1);
+  grew(kServer + "stream_packets_total", {{"segment", "from_agent"}, {"packet_type", "DIAL_RSP"}},
+       1);
+  grew(kServer + "stream_packets_total", {{"segment", "to_client"}, {"packet_type", "DATA"}}, 1);
+  grew(kServer + "stream_packets_total", {{"segment", "from_client"}, {"packet_type", "CLOSE_REQ"}},
+       1);
+  grew(kServer + "dial_duration_seconds_count", {}, 1);
+  grew(kServer + "bytes_total", {{"direction", "to_agent"}}, 100000);
+  grew(kServer + "bytes_total", {{"direction", "to_client"}}, 100000);
+  CHECK(a.metric("konn_agent_bytes_total", {{"direction", "to_endpoint"}}) >= 100000);
+  CHECK(a.metric("konn_agent_bytes_total", {{"direction", "from_endpoint"}}) >= 100000);
+  CHECK(a.dials() == 1);
+  CHECK(a.metric(kAgent + "stream_packets_total", {{"segment", "to_agent"}}).value_or(0) >= 3);
+
+  // A refused dial: the agent's endpoint_dial_failure_total{unknown}, the server's
+  // dial_failure_count{error_response}.
+  std::string closed = "127.0.0.1:" + std::to_string(konn::testsupport::free_tcp_port());
+  CHECK_FALSE(Tunnel::dial(ch, closed, 10s).tunnel);
+  CHECK(eventually(
+      [&] {
+        return a.metric(kAgent + "endpoint_dial_failure_total", {{"reason", "unknown"}}) == 1;
+      },
+      10s));
+  CHECK(s.metric(kServer + "dial_failure_count", {{"reason", "error_response"}}) == 1);
+  // No agent at all.
+  CHECK(Tunnel::dial(lonely.channel(), echo.address(), 10s).error.find("No agent available") !=
+        std::string::npos);
+  CHECK(lonely.metric(kServer + "dial_failure_count", {{"reason", "no_agent"}}) == 1);
+  CHECK(lonely.metric(kServer + "ready_backends", {{"proxy_strategy", "default"}}) == 0);
+
+  // konn's own families are there (they move in the data-path tests that stall a reader).
+  auto last = s.metrics();
+  CHECK(last.families.count(kServer + "tunnels_over_cap_total") == 1);
+  CHECK(last.value(kServer + "reads_paused_total", {{"reason", "queue_full"}}) == 0);
+  CHECK(last.value(kServer + "reads_paused_total", {{"reason", "no_credit"}}) == 0);
+  CHECK(last.families.count(kServer + "culled_leases_count") == 1);
+  auto agent_last = a.metrics();
+  CHECK(agent_last.families.count("konn_agent_read_pauses_total") == 1);
+  CHECK(agent_last.families.count("konn_agent_endpoint_queue_overflow_total") == 1);
+  // Labelled families without a sample yet are not written (as upstream's Go client does):
+  // lease_lists_total appears with the first list (the lease test checks it).
+  CHECK(agent_last.families.count(kAgent + "lease_lists_total") == 0);
+
+  // An agent going away is seen by the server.
+  a.process().kill(SIGKILL);
+  CHECK(eventually(
+      [&] {
+        return s.metric(kServer + "grpc_connections", {{"service_method", "Connect"}}) == 0 &&
+               s.ready_agents() == 0;
+      },
+      20s));
+
+  check_scrape(s.health_port(), dir, "server");
+  check_scrape(lonely.health_port(), dir, "lonely-server");
+  FleetAgent b(dir, certs, "b1", s.agent_port(), {});
+  REQUIRE(eventually([&] { return b.servers() == 1; }, 20s));
+  check_scrape(b.health_port(), dir, "agent");
+}
+
+TEST_CASE("metrics: the strict Prometheus text parser rejects what Prometheus rejects",
+          "[ha][metrics]") {
+  CHECK(parse_prometheus_text("# TYPE a counter\na 1\n").errors.empty());
+  CHECK(parse_prometheus_text("# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\n"
+                              "h_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n")
+            .errors.empty());
+  CHECK_FALSE(parse_prometheus_text("a 1").errors.empty());               // no final newline
+  CHECK_FALSE(parse_prometheus_text("1a 1\n").errors.empty());            // bad name
+  CHECK_FALSE(parse_prometheus_text("a{b=\"c} 1\n").errors.empty());      // open quote
+  CHECK_FALSE(parse_prometheus_text("a{b=\"\\t\"} 1\n").errors.empty());  // bad escape
+  CHECK_FALSE(parse_prometheus_text("a one\n").errors.empty());           // bad value
+  CHECK_FALSE(parse_prometheus_text("a 1\nb 1\na 2\n").errors.empty());   // split family
+  CHECK_FALSE(parse_prometheus_text("a{x=\"1\"} 1\na{x=\"1\"} 2\n").errors.empty());
+  CHECK_FALSE(parse_prometheus_text("a 1\n# TYPE a counter\n").errors.empty());
+  CHECK_FALSE(parse_prometheus_text("# TYPE a counter\na -1\n").errors.empty());
+  CHECK_FALSE(parse_prometheus_text("# TYPE h histogram\nh_bucket{le=\"1\"} 2\n"
+                                    "h_bucket{le=\"+Inf\"} 1\nh_sum 3\nh_count 1\n")
+                  .errors.empty());  // not cumulative
+  CHECK_FALSE(parse_prometheus_text("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 3\n"
+                                    "h_count 1\n")
+                  .errors.empty());  // no +Inf
+}

@@ -1,0 +1,375 @@
+#include "tests/support/fake_apiserver.h"
+
+#include <cctype>
+#include <fstream>
+
+#include <asio.hpp>
+#include <asio/ssl.hpp>
+#include <nlohmann/json.hpp>
+
+namespace konn::testsupport {
+namespace {
+
+using nlohmann::json;
+
+const std::string kLeasePrefix = "/apis/coordination.k8s.io/v1/namespaces/";
+
+std::string status_body(int code, const std::string& reason, const std::string& message) {
+  json s = {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
+            {"reason", reason}, {"code", code},       {"message", message}};
+  return s.dump();
+}
+
+std::string url_decode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else if (s[i] == '+') {
+      out += ' ';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())) != 0) s.erase(0, 1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())) != 0) s.pop_back();
+  return s;
+}
+
+// Equality-based label selectors (what konn and upstream send): comma-joined requirements.
+bool selector_matches(const std::string& selector, const json& labels) {
+  size_t start = 0;
+  while (start <= selector.size()) {
+    size_t comma = selector.find(',', start);
+    std::string req = trim(
+        selector.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (!req.empty()) {
+      auto label = [&](const std::string& key) -> std::optional<std::string> {
+        if (!labels.is_object() || !labels.contains(key) || !labels[key].is_string()) {
+          return std::nullopt;
+        }
+        return labels[key].get<std::string>();
+      };
+      if (auto ne = req.find("!="); ne != std::string::npos) {
+        if (label(trim(req.substr(0, ne))) == trim(req.substr(ne + 2))) return false;
+      } else if (auto eq = req.find('='); eq != std::string::npos) {
+        size_t vstart = req.compare(eq, 2, "==") == 0 ? eq + 2 : eq + 1;
+        if (label(trim(req.substr(0, eq))) != trim(req.substr(vstart))) return false;
+      } else if (req.front() == '!') {
+        if (label(trim(req.substr(1)))) return false;
+      } else if (!label(req)) {
+        return false;
+      }
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+struct FakeApiserver::Request {
+  std::string method;
+  std::string path;  // without the query
+  std::map<std::string, std::string> query;
+  std::string head;
+  std::string body;
+};
+
+FakeApiserver::FakeApiserver(const std::string& cert_file, const std::string& key_file,
+                             std::string caller_token)
+    : caller_token_(std::move(caller_token)),
+      acceptor_(ctx_, {asio::ip::make_address("127.0.0.1"), 0}) {
+  tls_.use_certificate_chain_file(cert_file);
+  tls_.use_private_key_file(key_file, asio::ssl::context::pem);
+  port_ = acceptor_.local_endpoint().port();
+  thread_ = std::thread([this] {
+    for (;;) {
+      std::error_code ec;
+      asio::ip::tcp::socket s(ctx_);
+      acceptor_.accept(s, ec);
+      if (ec || stop_) return;
+      ++active_;
+      std::thread([this, s = std::move(s)]() mutable {
+        serve(std::move(s));
+        --active_;
+      }).detach();
+    }
+  });
+}
+
+FakeApiserver::~FakeApiserver() {
+  stop_ = true;
+  std::error_code ec;
+  asio::ip::tcp::socket poke(ctx_);
+  poke.connect(acceptor_.local_endpoint(), ec);
+  thread_.join();
+  // Connection threads are detached: wait until none uses this object any more.
+  while (active_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+void FakeApiserver::set_token(const std::string& token, TokenRule rule) {
+  std::lock_guard lock(mu_);
+  tokens_[token] = std::move(rule);
+}
+
+std::string FakeApiserver::write_kubeconfig(const std::string& dir,
+                                            const std::string& ca_file) const {
+  std::string path = dir + "/apiserver.kubeconfig";
+  std::ofstream f(path);
+  f << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n"
+    << "    server: https://127.0.0.1:" << port_ << "\n"
+    << "    certificate-authority: " << ca_file << "\n"
+    << "users:\n- name: konnectivity-server\n  user:\n    token: " << caller_token_ << "\n"
+    << "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: konnectivity-server\n"
+    << "current-context: fake\n";
+  return path;
+}
+
+std::string FakeApiserver::put_lease(const std::string& lease_namespace,
+                                     const std::string& lease_json) {
+  json doc = json::parse(lease_json);
+  std::lock_guard lock(mu_);
+  doc["metadata"]["namespace"] = lease_namespace;
+  doc["metadata"]["resourceVersion"] = std::to_string(next_version_++);
+  std::string name = doc["metadata"]["name"].get<std::string>();
+  leases_[lease_namespace][name] = doc.dump();
+  return leases_[lease_namespace][name];
+}
+
+std::optional<std::string> FakeApiserver::lease(const std::string& lease_namespace,
+                                                const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto ns = leases_.find(lease_namespace);
+  if (ns == leases_.end()) return std::nullopt;
+  auto it = ns->second.find(name);
+  if (it == ns->second.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> FakeApiserver::lease_names(const std::string& lease_namespace) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  if (auto ns = leases_.find(lease_namespace); ns != leases_.end()) {
+    for (const auto& [name, doc] : ns->second) out.push_back(name);
+  }
+  return out;
+}
+
+void FakeApiserver::delete_lease(const std::string& lease_namespace, const std::string& name) {
+  std::lock_guard lock(mu_);
+  leases_[lease_namespace].erase(name);
+}
+
+int FakeApiserver::lease_calls(const std::string& verb) const {
+  std::lock_guard lock(mu_);
+  auto it = lease_calls_.find(verb);
+  return it == lease_calls_.end() ? 0 : it->second;
+}
+
+void FakeApiserver::serve(asio::ip::tcp::socket socket) {
+  asio::ssl::stream<asio::ip::tcp::socket> s(std::move(socket), tls_);
+  std::error_code ec;
+  s.handshake(asio::ssl::stream_base::server, ec);
+  if (ec) return;
+  asio::streambuf in;
+  size_t head_len = asio::read_until(s, in, "\r\n\r\n", ec);
+  if (ec) return;
+  Request r;
+  r.head.assign(asio::buffers_begin(in.data()), asio::buffers_begin(in.data()) + head_len);
+  in.consume(head_len);
+  size_t length = 0;
+  std::string lower = r.head;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (auto p = lower.find("content-length:"); p != std::string::npos) {
+    length = std::stoul(lower.substr(p + 15));
+  }
+  r.body.assign(asio::buffers_begin(in.data()), asio::buffers_end(in.data()));
+  if (r.body.size() < length) {
+    std::string rest(length - r.body.size(), '\0');
+    asio::read(s, asio::buffer(rest), ec);
+    r.body += rest;
+  }
+  // Request line: METHOD target HTTP/1.1
+  auto sp1 = r.head.find(' ');
+  auto sp2 = r.head.find(' ', sp1 + 1);
+  r.method = r.head.substr(0, sp1);
+  std::string target = r.head.substr(sp1 + 1, sp2 - sp1 - 1);
+  auto qmark = target.find('?');
+  r.path = target.substr(0, qmark);
+  if (qmark != std::string::npos) {
+    std::string q = target.substr(qmark + 1);
+    size_t start = 0;
+    while (start <= q.size()) {
+      size_t amp = q.find('&', start);
+      std::string kv = q.substr(start, amp == std::string::npos ? std::string::npos : amp - start);
+      auto eq = kv.find('=');
+      if (eq != std::string::npos)
+        r.query[url_decode(kv.substr(0, eq))] = url_decode(kv.substr(eq + 1));
+      if (amp == std::string::npos) break;
+      start = amp + 1;
+    }
+  }
+
+  std::pair<int, std::string> answer{404, status_body(404, "NotFound", "no such path")};
+  bool authorized =
+      r.head.find("Authorization: Bearer " + caller_token_ + "\r\n") != std::string::npos;
+  bool is_review = r.method == "POST" && r.path == "/apis/authentication.k8s.io/v1/tokenreviews";
+  bool is_lease = r.path.rfind(kLeasePrefix, 0) == 0;
+  if (is_review) ++reviews_;
+  if ((is_review || is_lease) && !authorized) {
+    ++unauthorized_;
+    answer = {401, status_body(401, "Unauthorized", "Unauthorized")};
+  } else if (is_review) {
+    answer = review(r);
+  } else if (is_lease) {
+    answer = leases(r);
+  }
+  std::string rsp = "HTTP/1.1 " + std::to_string(answer.first) +
+                    " X\r\nContent-Type: application/json\r\nContent-Length: " +
+                    std::to_string(answer.second.size()) + "\r\nConnection: close\r\n\r\n" +
+                    answer.second;
+  asio::write(s, asio::buffer(rsp), ec);
+  s.shutdown(ec);
+}
+
+std::pair<int, std::string> FakeApiserver::review(const Request& r) {
+  auto doc = json::parse(r.body, nullptr, false);
+  std::string token;
+  if (!doc.is_discarded() && doc.contains("spec") && doc["spec"].is_object()) {
+    token = doc["spec"].value("token", std::string());
+  }
+  TokenRule rule;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = tokens_.find(token); it != tokens_.end()) rule = it->second;
+  }
+  json status;
+  switch (rule.answer) {
+    case Answer::ServerError:
+      return {500, R"({"kind":"Status","code":500,"message":"etcd is on fire"})"};
+    case Answer::Slow: {
+      auto until = std::chrono::steady_clock::now() + slow_delay;
+      while (!stop_ && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      status = {{"authenticated", true}, {"user", {{"username", rule.username}}}};
+      break;
+    }
+    case Answer::Authenticated:
+      status = {{"authenticated", true}, {"user", {{"username", rule.username}}}};
+      break;
+    case Answer::Unauthenticated:
+      status = {{"authenticated", false}, {"error", "token is not valid"}};
+      break;
+  }
+  json out = {
+      {"apiVersion", "authentication.k8s.io/v1"}, {"kind", "TokenReview"}, {"status", status}};
+  return {201, out.dump()};
+}
+
+std::pair<int, std::string> FakeApiserver::leases(const Request& r) {
+  // /apis/coordination.k8s.io/v1/namespaces/<ns>/leases[/<name>]
+  std::string rest = r.path.substr(kLeasePrefix.size());
+  auto slash = rest.find('/');
+  if (slash == std::string::npos) return {404, status_body(404, "NotFound", "bad path")};
+  std::string ns = url_decode(rest.substr(0, slash));
+  rest = rest.substr(slash + 1);
+  std::string name;
+  if (rest.rfind("leases/", 0) == 0) {
+    name = url_decode(rest.substr(7));
+  } else if (rest != "leases") {
+    return {404, status_body(404, "NotFound", "bad path")};
+  }
+  std::string verb = r.method == "POST"                  ? "create"
+                     : r.method == "PUT"                 ? "update"
+                     : r.method == "DELETE"              ? "delete"
+                     : r.method == "GET" && name.empty() ? "list"
+                     : r.method == "GET"                 ? "get"
+                                                         : r.method;
+  std::lock_guard lock(mu_);
+  ++lease_calls_[verb];
+  if (lease_outage) {
+    return {503, status_body(503, "ServiceUnavailable", "the apiserver is down for the test")};
+  }
+  auto& store = leases_[ns];
+  auto not_found = [&] {
+    return std::pair<int, std::string>{
+        404, status_body(404, "NotFound", "leases.coordination.k8s.io \"" + name + "\" not found")};
+  };
+  if (verb == "get") {
+    auto it = store.find(name);
+    if (it == store.end()) return not_found();
+    return {200, it->second};
+  }
+  if (verb == "list") {
+    std::string selector;
+    if (auto it = r.query.find("labelSelector"); it != r.query.end()) selector = it->second;
+    json items = json::array();
+    for (const auto& [n, text] : store) {
+      json doc = json::parse(text);
+      json labels = doc["metadata"].value("labels", json::object());
+      if (selector_matches(selector, labels)) items.push_back(std::move(doc));
+    }
+    json list = {{"kind", "LeaseList"},
+                 {"apiVersion", "coordination.k8s.io/v1"},
+                 {"metadata", {{"resourceVersion", std::to_string(next_version_)}}},
+                 {"items", std::move(items)}};
+    return {200, list.dump()};
+  }
+  if (verb == "create" || verb == "update") {
+    json doc = json::parse(r.body, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object() || !doc.contains("metadata") ||
+        !doc["metadata"].is_object()) {
+      return {400, status_body(400, "BadRequest", "not a Lease")};
+    }
+    std::string doc_name = doc["metadata"].value("name", std::string());
+    if (verb == "create") {
+      name = doc_name;
+      if (name.empty()) return {422, status_body(422, "Invalid", "metadata.name: Required")};
+      if (store.count(name) != 0) {
+        return {409, status_body(409, "AlreadyExists",
+                                 "leases.coordination.k8s.io \"" + name + "\" already exists")};
+      }
+    } else {
+      if (doc_name != name) return {400, status_body(400, "BadRequest", "name mismatch")};
+      auto it = store.find(name);
+      if (it == store.end()) return not_found();
+      std::string want = doc["metadata"].value("resourceVersion", std::string());
+      std::string have = json::parse(it->second)["metadata"].value("resourceVersion", "");
+      if (!want.empty() && want != have) {
+        return {409, status_body(409, "Conflict",
+                                 "Operation cannot be fulfilled on leases.coordination.k8s.io \"" +
+                                     name + "\": the object has been modified")};
+      }
+    }
+    doc["metadata"]["namespace"] = ns;
+    doc["metadata"]["resourceVersion"] = std::to_string(next_version_++);
+    store[name] = doc.dump();
+    return {verb == "create" ? 201 : 200, store[name]};
+  }
+  if (verb == "delete") {
+    auto it = store.find(name);
+    if (it == store.end()) return not_found();
+    auto options = json::parse(r.body.empty() ? "{}" : r.body, nullptr, false);
+    if (!options.is_discarded() && options.contains("preconditions")) {
+      std::string want = options["preconditions"].value("resourceVersion", std::string());
+      std::string have = json::parse(it->second)["metadata"].value("resourceVersion", "");
+      if (!want.empty() && want != have) {
+        return {409, status_body(409, "Conflict", "precondition failed: resourceVersion")};
+      }
+    }
+    store.erase(it);
+    json ok = {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}};
+    return {200, ok.dump()};
+  }
+  return {405, status_body(405, "MethodNotAllowed", "method not allowed")};
+}
+
+}  // namespace konn::testsupport
