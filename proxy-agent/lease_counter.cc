@@ -65,12 +65,12 @@ core::io::Awaitable<void> LeaseCounter::poll_loop() {
       last_ = valid;
       on_count_(valid);
     } else {
-      std::string why = r.response.status == 0 ? r.response.error
-                                               : "HTTP " + std::to_string(r.response.status) +
-                                                     (r.reason.empty() ? "" : " " + r.reason) +
-                                                     (r.response.error.empty()
-                                                          ? std::string()
-                                                          : ": " + r.response.error);
+      std::string why =
+          r.response.status == 0
+              ? r.response.error
+              : "HTTP " + std::to_string(r.response.status) +
+                    (r.reason.empty() ? "" : " " + r.reason) +
+                    (r.response.error.empty() ? std::string() : ": " + r.response.error);
       if (!failing_) {
         KONN_LOG((&logger()), warn, "cannot list server leases ({}); keeping the last count {}",
                  why, last_ ? std::to_string(*last_) : std::string("(none yet)"));

@@ -1,9 +1,8 @@
 #include "core/kube/lease.h"
 
-#include <time.h>
-
 #include <cctype>
 #include <cstdio>
+#include <time.h>
 
 #include <nlohmann/json.hpp>
 
@@ -114,10 +113,9 @@ std::optional<SystemTime> parse_rfc3339(std::string_view s) {
     return true;
   };
   int year = 0, mon = 0, day = 0, hour = 0, min = 0, sec = 0;
-  if (!digits(0, 4, &year) || s.size() < 20 || s[4] != '-' || !digits(5, 2, &mon) ||
-      s[7] != '-' || !digits(8, 2, &day) || (s[10] != 'T' && s[10] != 't') ||
-      !digits(11, 2, &hour) || s[13] != ':' || !digits(14, 2, &min) || s[16] != ':' ||
-      !digits(17, 2, &sec)) {
+  if (!digits(0, 4, &year) || s.size() < 20 || s[4] != '-' || !digits(5, 2, &mon) || s[7] != '-' ||
+      !digits(8, 2, &day) || (s[10] != 'T' && s[10] != 't') || !digits(11, 2, &hour) ||
+      s[13] != ':' || !digits(14, 2, &min) || s[16] != ':' || !digits(17, 2, &sec)) {
     return std::nullopt;
   }
   if (mon < 1 || mon > 12 || day < 1 || day > 31 || hour > 23 || min > 59 || sec > 60) {
@@ -222,9 +220,8 @@ Labels parse_label_set(std::string_view text, std::vector<std::string>* errors) 
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string_view item =
-        trim(text.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                                 : comma - start));
+    std::string_view item = trim(text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
     auto eq = item.find('=');
     if (eq == std::string_view::npos) {
       errors->push_back("label \"" + std::string(item) + "\": want key=value");

@@ -63,11 +63,11 @@ class LeaseClient {
   LeaseClient(ApiTarget target, std::string lease_namespace, std::chrono::milliseconds timeout);
 
   struct Result {
-    ApiResponse response;                    // status 0 with `error` set: no answer
+    ApiResponse response;                     // status 0 with `error` set: no answer
     std::chrono::duration<double> latency{};  // seconds, for the latency histograms
-    std::optional<Lease> lease;              // get/create/update: the object answered
-    std::vector<Lease> items;                // list
-    std::string reason;                      // metav1.Status reason of an error answer
+    std::optional<Lease> lease;               // get/create/update: the object answered
+    std::vector<Lease> items;                 // list
+    std::string reason;                       // metav1.Status reason of an error answer
   };
 
   io::Awaitable<Result> get(asio::any_io_executor ex, const std::string& name) const;
