@@ -30,8 +30,27 @@ if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
   missing=("${filtered[@]+"${filtered[@]}"}")
 fi
 
+# promtool (the HA tests check /metrics with it): Debian ships it only inside the `prometheus`
+# server package, whose installation would also start a Prometheus daemon, so only that one
+# binary is taken out of the package. Optional: the tests fall back to their own parser.
+install_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  local tmp sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  tmp=$(mktemp -d)
+  if (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) &&
+     dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool &&
+     "${sudo_cmd[@]}" install -m 0755 "$tmp/usr/bin/promtool" /usr/local/bin/promtool; then
+    echo "setup: installed /usr/local/bin/promtool"
+  else
+    echo "setup: promtool not installed (the tests use their own Prometheus text parser)"
+  fi
+  rm -rf "$tmp"
+}
+
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "setup: all packages present"
+  install_promtool
   exit 0
 fi
 
@@ -41,3 +60,4 @@ sudo_cmd=()
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_promtool
