@@ -67,6 +67,13 @@ Packet make_window_update(int64_t connect_id, int64_t bytes) {
   return p;
 }
 
+Packet make_close_write(int64_t connect_id) {
+  Packet p;
+  p.set_type(KONN_CLOSE_WRITE);
+  p.mutable_closewrite()->set_connectid(connect_id);
+  return p;
+}
+
 size_t data_size(const Packet& p) {
   return p.type() == DATA ? p.data().data().size() : 0;
 }
@@ -82,6 +89,7 @@ std::string describe(const Packet& p) {
     case DIAL_REQ:
       out += " random=" + std::to_string(p.dialrequest().random()) + " address=" +
              p.dialrequest().address() + " protocol=" + p.dialrequest().protocol();
+      if (p.dialrequest().konnhalfclose()) out += " halfClose=true";
       break;
     case DIAL_RSP:
       out += " random=" + std::to_string(p.dialresponse().random()) +
@@ -107,6 +115,9 @@ std::string describe(const Packet& p) {
     case KONN_WINDOW_UPDATE:
       out += " connectID=" + std::to_string(p.windowupdate().connectid()) +
              " bytes=" + std::to_string(p.windowupdate().bytes());
+      break;
+    case KONN_CLOSE_WRITE:
+      out += " connectID=" + std::to_string(p.closewrite().connectid());
       break;
     default:
       break;

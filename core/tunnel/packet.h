@@ -21,6 +21,11 @@ inline constexpr int64_t kTunnelWindow = 8 * 1024 * 1024;
 // The receiver returns credit once this much was consumed, not per packet.
 inline constexpr int64_t kWindowUpdateThreshold = kTunnelWindow / 4;
 
+// gRPC metadata an agent sends when it understands konn's half-close extension: a DialRequest
+// with konnHalfClose set, and KONN_CLOSE_WRITE both ways for that tunnel.
+inline constexpr char kHalfCloseHeader[] = "konn-half-close";
+inline constexpr char kHalfCloseVersion[] = "1";
+
 Packet make_dial_request(const std::string& address, int64_t random,
                          const std::string& protocol = "tcp");
 Packet make_dial_response(int64_t random, int64_t connect_id, const std::string& error = {});
@@ -30,6 +35,7 @@ Packet make_data(int64_t connect_id, std::string&& bytes);
 Packet make_close_dial(int64_t random);
 Packet make_drain();
 Packet make_window_update(int64_t connect_id, int64_t bytes);
+Packet make_close_write(int64_t connect_id);
 
 // Payload bytes of a DATA packet (0 for anything else).
 size_t data_size(const Packet& p);
