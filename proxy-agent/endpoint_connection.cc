@@ -110,6 +110,42 @@ void EndpointConnection::cancel_dial() {
   });
 }
 
+void EndpointConnection::close_write() {
+  asio::post(ctx_, [self = shared_from_this()] {
+    if (!self->settings_.half_close || self->state_ != State::Established || self->server_eof_) {
+      return;
+    }
+    self->server_eof_ = true;
+    if (self->endpoint_eof_) {
+      self->close("both sides finished sending",
+                  CloseFlags::SendCloseResponse | CloseFlags::Flush);
+      return;
+    }
+    self->maybe_shutdown_write();
+  });
+}
+
+void EndpointConnection::endpoint_eof() {
+  if (!settings_.half_close || server_eof_) {
+    close("endpoint closed the connection", CloseFlags::SendCloseResponse | CloseFlags::Flush);
+    return;
+  }
+  endpoint_eof_ = true;
+  KONN_CONN_LOG((&logger()), debug, *this, "endpoint finished sending: half-close to the server");
+  if (!stream_->send(tunnel::make_close_write(connect_id_))) {
+    close("server stream closing", CloseFlags::None);
+  }
+}
+
+void EndpointConnection::maybe_shutdown_write() {
+  if (!server_eof_ || write_shut_ || writing_ || !writes_.empty()) return;
+  if (state_ != State::Established) return;
+  write_shut_ = true;
+  std::error_code ignored;
+  socket_.shutdown(asio::socket_base::shutdown_send, ignored);
+  KONN_CONN_LOG((&logger()), debug, *this, "server finished sending: endpoint write side shut");
+}
+
 void EndpointConnection::add_credit(int64_t bytes) {
   if (bytes <= 0) return;
   asio::post(ctx_, [self = shared_from_this(), bytes] {
@@ -166,7 +202,9 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
   }
   set_state(State::Established);
   stats_->open_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
-  if (!stream_->send(tunnel::make_dial_response(dial_id_, connect_id_))) {
+  Packet rsp = tunnel::make_dial_response(dial_id_, connect_id_);
+  rsp.mutable_dialresponse()->set_konnhalfclose(settings_.half_close);
+  if (!stream_->send(std::move(rsp))) {
     close("server stream closing", CloseFlags::None);
     co_return;
   }
@@ -205,7 +243,7 @@ core::io::Awaitable<void> EndpointConnection::read_loop() {
     size_t n = socket_.read_some(asio::buffer(buf), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
     if (ec == asio::error::eof) {
-      close("endpoint closed the connection", CloseFlags::SendCloseResponse | CloseFlags::Flush);
+      endpoint_eof();
       break;
     }
     if (ec) {
@@ -265,6 +303,7 @@ void EndpointConnection::write_next() {
   if (state_ == State::Dialing || state_ == State::Closed) return;
   if (writes_.empty()) {
     if (state_ == State::Closing) finish_close();
+    maybe_shutdown_write();
     return;
   }
   write_buffers_.clear();

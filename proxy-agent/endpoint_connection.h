@@ -27,6 +27,10 @@ struct EndpointSettings {
   // The server announced konn-flow-control: reads stop when the tunnel's window is used up, and
   // credit is returned with KONN_WINDOW_UPDATE. Without it neither happens.
   bool flow_control = false;
+  // The DIAL_REQ asked for konn's half-close: the endpoint's EOF is sent as KONN_CLOSE_WRITE
+  // (reading from the server goes on), and the server's KONN_CLOSE_WRITE shuts down our write
+  // side once queued bytes are written. Without it an EOF closes the whole connection.
+  bool half_close = false;
   // Stop reading the socket while more than this many of our bytes wait in the stream's queue;
   // resume below half of it.
   size_t queue_high_watermark = 1024 * 1024;
@@ -72,6 +76,8 @@ class EndpointConnection : public core::tunnel::WriteListener,
   void close_request();
   // DIAL_CLS: stop a dial still in progress (no DIAL_RSP is sent), or close the connection.
   void cancel_dial();
+  // KONN_CLOSE_WRITE: the server sends no more DATA; shut down our write side after the queue.
+  void close_write();
   // KONN_WINDOW_UPDATE: the server consumed `bytes` more of ours.
   void add_credit(int64_t bytes);
   // The stream ended: close at once; no packet can be sent any more.
@@ -111,6 +117,10 @@ class EndpointConnection : public core::tunnel::WriteListener,
   void close(const std::string& reason, CloseFlags flags, const std::string& error = {});
   void finish_close();
   void set_state(State s);
+  // Half-close: the endpoint reached EOF (sent KONN_CLOSE_WRITE), or the server did (our write
+  // side is shut down once the queue is empty). Both: the connection closes with CLOSE_RSP.
+  void endpoint_eof();
+  void maybe_shutdown_write();
 
   asio::io_context& ctx_;
   std::shared_ptr<core::tunnel::PacketStream> stream_;
@@ -137,6 +147,9 @@ class EndpointConnection : public core::tunnel::WriteListener,
   size_t write_count_ = 0;
   bool writing_ = false;
   bool flushing_ = false;
+  bool endpoint_eof_ = false;    // half-close: the endpoint sent EOF, KONN_CLOSE_WRITE sent
+  bool server_eof_ = false;      // half-close: the server sent KONN_CLOSE_WRITE
+  bool write_shut_ = false;      // half-close: our write side of the socket is shut down
   std::string close_reason_;
   uint64_t bytes_up_ = 0;    // endpoint -> server
   uint64_t bytes_down_ = 0;  // server -> endpoint

@@ -87,6 +87,7 @@ void ServerStreamReactor::start() {
   context_.AddMetadata("agentidentifiers", config_.agent_identifiers);
   if (!config_.token.empty()) context_.AddMetadata("authorization", "Bearer " + config_.token);
   context_.AddMetadata(tunnel::kFlowControlHeader, tunnel::kFlowControlVersion);
+  context_.AddMetadata(tunnel::kHalfCloseHeader, tunnel::kHalfCloseVersion);
   stub_->async()->Connect(&context_, this);
   AddHold();  // reads and writes are started from other threads; removed by start_finish_op
   StartCall();
@@ -269,6 +270,11 @@ void ServerStreamReactor::on_packet(Packet&& p) {
       }
       return;
     }
+    case KONN_CLOSE_WRITE: {
+      // Only tunnels dialled with konnHalfClose accept it; others ignore it (see close_write).
+      if (auto c = table_->find(p.closewrite().connectid())) c->close_write();
+      return;
+    }
     default:
       KONN_LOG((&logger()), warn, "{}ignoring unexpected packet {}", log_prefix(),
                tunnel::describe(p));
@@ -293,6 +299,9 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
     std::lock_guard lock(mu_);
     settings.flow_control = flow_control_;
     server_id = server_id_;
+  }
+  settings.half_close = req.konnhalfclose();
+  {
   }
   int64_t id = table_->allocate_connect_id();
   auto conn = std::make_shared<EndpointConnection>(pool_.next(), shared_from_this(), table_, id,
