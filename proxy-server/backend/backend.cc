@@ -95,6 +95,8 @@ void Backend::admit() {
   const auto& opts = router_.options();
   auto flow = metadata_values(*ctx_, core::tunnel::kFlowControlHeader);
   flow_control_ = flow.size() == 1 && flow.front() == core::tunnel::kFlowControlVersion;
+  auto half = metadata_values(*ctx_, core::tunnel::kHalfCloseHeader);
+  half_close_ = half.size() == 1 && half.front() == core::tunnel::kHalfCloseVersion;
 
   ctx_->AddInitialMetadata("serverid", opts.server_id);
   ctx_->AddInitialMetadata("servercount", std::to_string(opts.server_count));
@@ -105,8 +107,9 @@ void Backend::admit() {
   router_.add_backend(self_);
   registered_ = true;
   size_t same = router_.backends().streams_of(agent_id_);
-  KONN_LOG(log_, info, "agent connected agentID={} peer={} identifiers={} flowControl={}{}",
-           agent_id_, peer_, identifiers_header_, flow_control_,
+  KONN_LOG(log_, info,
+           "agent connected agentID={} peer={} identifiers={} flowControl={} halfClose={}{}",
+           agent_id_, peer_, identifiers_header_, flow_control_, half_close_,
            same > 1 ? " (duplicate agent id: newest stream takes new dials)" : "");
   start_reading();
 }
@@ -154,6 +157,11 @@ void Backend::on_packet(Packet&& p) {
     case KONN_WINDOW_UPDATE:
       if (auto f = connections_.find(p.windowupdate().connectid())) {
         f->deliver_window_update(p.windowupdate().bytes());
+      }
+      return;
+    case KONN_CLOSE_WRITE:
+      if (auto f = connections_.find(p.closewrite().connectid())) {
+        f->deliver_close_write(std::move(p));
       }
       return;
     default:

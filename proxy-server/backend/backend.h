@@ -35,6 +35,8 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>,
   bool draining() const { return draining_.load(std::memory_order_relaxed); }
   // Whether the agent announced konn's per-tunnel credit (KONN_WINDOW_UPDATE).
   bool flow_control() const { return flow_control_; }
+  // Whether the agent announced konn's half-close (DialRequest.konnHalfClose, KONN_CLOSE_WRITE).
+  bool half_close() const { return half_close_; }
   const std::string& peer() const { return peer_; }
 
   // A frontend gives up its tunnel: stop routing the agent's packets for it.
@@ -73,6 +75,7 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>,
   std::string identifiers_header_;
   core::tunnel::AgentIdentifiers identifiers_;
   bool flow_control_ = false;
+  bool half_close_ = false;
   std::atomic<bool> draining_{false};
   std::atomic<bool> registered_{false};
   ConnectionTable connections_;

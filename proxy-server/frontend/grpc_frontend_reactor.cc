@@ -13,6 +13,7 @@ using core::tunnel::describe;
 using core::tunnel::make_close_dial;
 using core::tunnel::make_close_request;
 using core::tunnel::make_close_response;
+using core::tunnel::make_close_write;
 using core::tunnel::make_dial_response;
 using core::tunnel::make_window_update;
 
@@ -75,6 +76,9 @@ void GrpcFrontend::on_packet(Packet&& p) {
     case CLOSE_REQ:
       on_close_request(p);
       return;
+    case KONN_CLOSE_WRITE:
+      on_client_close_write(p);
+      return;
     case DIAL_CLS:
       on_dial_close(p);
       return;
@@ -88,6 +92,17 @@ void GrpcFrontend::on_packet(Packet&& p) {
 void GrpcFrontend::on_dial_request(Packet&& p) {
   const auto& req = p.dialrequest();
   int64_t random = req.random();
+  if (!p.has_dialrequest()) {
+    KONN_LOG(log_, info, "DIAL_REQ without a dial request refused");
+    {
+      std::lock_guard lock(mu_);
+      state_ = State::Closed;
+      close_reason_ = "DIAL_REQ without a dial request";
+    }
+    send(make_dial_response(random, 0, "DIAL_REQ without a dial request"));
+    close(grpc::Status::OK);
+    return;
+  }
   {
     std::lock_guard lock(mu_);
     if (state_ != State::Idle) {
@@ -118,7 +133,10 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
     agent_id_ = backend->agent_id();
     flow_control_ = backend->flow_control();
     to_agent_credit_ = core::tunnel::kTunnelWindow;
+    // Half-close passes through only when both ends understand it.
+    half_close_ = req.konnhalfclose() && backend->half_close();
   }
+  p.mutable_dialrequest()->set_konnhalfclose(half_close_);
   KONN_CONN_LOG(log_, debug, *this, "dialing {} through agent {}", req.address(),
                 backend->agent_id());
   if (router_.options().backend_dial_timeout.count() > 0) {
@@ -204,6 +222,30 @@ void GrpcFrontend::on_client_data(Packet&& p) {
   // The aliasing shared_ptr keeps this frontend alive while its bytes sit in the backend queue.
   std::shared_ptr<core::tunnel::WriteListener> listener(self_ptr(), &to_agent_listener_);
   backend->send(std::move(p), std::move(listener));
+}
+
+void GrpcFrontend::on_client_close_write(const Packet& p) {
+  std::shared_ptr<Backend> backend;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Established || !half_close_ ||
+        p.closewrite().connectid() != connect_id_) {
+      KONN_LOG(log_, debug, "[C{} D{}] KONN_CLOSE_WRITE from frontend ignored (state {})",
+               p.closewrite().connectid(), random_, to_string(state_));
+      return;
+    }
+    backend = backend_;
+  }
+  // Queued behind the client's DATA, so the agent writes those first.
+  backend->send(make_close_write(p.closewrite().connectid()));
+}
+
+void GrpcFrontend::deliver_close_write(Packet&& p) {
+  {
+    std::lock_guard lock(mu_);
+    if (!half_close_ || (state_ != State::Established && state_ != State::Closing)) return;
+  }
+  send(std::move(p));
 }
 
 void GrpcFrontend::on_sent_to_agent(size_t bytes) {

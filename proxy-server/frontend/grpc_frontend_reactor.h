@@ -43,6 +43,7 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   void deliver_data(Packet&& p) override;
   void deliver_close(Packet&& p) override;
   void deliver_window_update(int64_t bytes) override;
+  void deliver_close_write(Packet&& p) override;
   void backend_gone() override;
   std::string log_prefix() const override;
 
@@ -86,6 +87,7 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   void on_dial_request(Packet&& p);
   void on_client_data(Packet&& p);
   void on_close_request(const Packet& p);
+  void on_client_close_write(const Packet& p);
   void on_dial_close(const Packet& p);
   void fail_dial(int64_t random, const std::string& error);
   void overflow();
@@ -116,6 +118,7 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   std::shared_ptr<Backend> backend_;
   std::string agent_id_;
   bool flow_control_ = false;
+  bool half_close_ = false;  // the client asked for konnHalfClose and the agent supports it
   int64_t to_agent_queued_ = 0;   // our DATA bytes waiting in the backend's queue
   int64_t to_agent_credit_ = 0;   // bytes the agent still accepts (flow control)
   int64_t to_client_consumed_ = 0;  // bytes written to the client since the last credit update

@@ -27,6 +27,7 @@ using namespace asio::experimental::awaitable_operators;
 using core::io::use_nothrow;
 using core::tunnel::make_close_dial;
 using core::tunnel::make_close_request;
+using core::tunnel::make_close_write;
 using core::tunnel::make_data;
 using core::tunnel::make_dial_request;
 using core::tunnel::make_window_update;
@@ -123,6 +124,11 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
   void deliver_window_update(int64_t bytes) override {
     credit_.fetch_add(bytes);
     wake_reader();
+  }
+  void deliver_close_write(Packet&&) override {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()]() {
+      self->agent_finished_sending();
+    });
   }
   void backend_gone() override {
     bool was_dialing = dialing_.exchange(false);
@@ -237,6 +243,7 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
     }
     agent_id_ = backend_->agent_id();
     flow_control_ = backend_->flow_control();
+    half_close_ = backend_->half_close();
     credit_ = core::tunnel::kTunnelWindow;
     if (!router_.pending().add(random_, this->shared_from_this(), backend_.get())) {
       co_await reply_and_close(502, "Failed to tunnel dial request: dial id collision");
@@ -244,7 +251,9 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
     }
     dialing_ = true;
     auto started = std::chrono::steady_clock::now();
-    if (!backend_->send(make_dial_request(address_, random_))) {
+    Packet request = make_dial_request(address_, random_);
+    request.mutable_dialrequest()->set_konnhalfclose(half_close_);
+    if (!backend_->send(std::move(request))) {
       dialing_ = false;
       router_.pending().take(random_);
       co_await reply_and_close(502, "Failed to tunnel dial request: agent disconnected");
@@ -338,14 +347,47 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
         send_to_agent(std::move(chunk));
       }
       if (ec || wec) {
-        client_eof();
+        // A TLS client that closes without close_notify gives stream_truncated: still an EOF.
+        bool eof = !wec && (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated);
+        if (eof && half_close_) {
+          client_finished_sending();
+        } else {
+          client_eof();
+        }
         co_return;
       }
     }
   }
 
-  // The client finished sending. The protocol has no half-close towards upstream agents, so the
-  // agent is asked to close; bytes it already sent are still written before the socket closes.
+  // Half-close (our agent): the client's EOF goes to the agent, which shuts down its write side
+  // to the destination and keeps sending us what the destination still says.
+  void client_finished_sending() {
+    if (closed_ || closing_) return;
+    client_done_ = true;
+    KONN_CONN_LOG(log_, debug, *this, "client finished sending: half-close to the agent");
+    backend_->send(make_close_write(connect_id_));
+  }
+
+  // Half-close: the destination finished sending. Over a plain socket the client gets a
+  // shutdown(SHUT_WR) once queued bytes are written; a TLS client gets a full close, since Asio's
+  // TLS shutdown waits for the peer's close_notify and cannot leave the read side open.
+  void agent_finished_sending() {
+    if (closed_ || !established_) return;
+    agent_done_ = true;
+    if constexpr (kTls) {
+      if (!closing_ && !client_done_) {
+        closing_ = true;
+        backend_->send(make_close_request(connect_id_));
+      }
+      agent_closed("destination finished sending (TLS client: full close)");
+    } else {
+      pump_writes();
+    }
+  }
+
+  // The client finished sending, and half-close is not available (an upstream agent, or a read
+  // error): the agent is asked to close; bytes it already sent are written before the socket
+  // closes.
   void client_eof() {
     if (closed_ || closing_) return;
     closing_ = true;
@@ -376,7 +418,13 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
 
   void pump_writes() {
     if (writing_ || out_.empty()) {
-      if (!writing_ && out_.empty() && flush_then_close_) finish_socket();
+      if (!writing_ && out_.empty() && flush_then_close_) {
+        finish_socket();
+      } else if (!writing_ && out_.empty() && agent_done_ && !write_shut_ && !closed_) {
+        write_shut_ = true;
+        std::error_code ignored;
+        lowest(stream_).shutdown(asio::socket_base::shutdown_send, ignored);
+      }
       return;
     }
     writing_ = true;
@@ -475,6 +523,10 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
   bool writing_ = false;
   int64_t consumed_ = 0;
   bool closing_ = false;  // CLOSE_REQ sent after the client's EOF
+  bool half_close_ = false;    // the agent passes half-closes (konn-half-close)
+  bool client_done_ = false;   // half-close: the client's EOF was sent to the agent
+  bool agent_done_ = false;    // half-close: the destination finished sending
+  bool write_shut_ = false;    // half-close: the client socket's write side is shut down
   bool closed_ = false;
   bool flush_then_close_ = false;
   bool socket_done_ = false;

@@ -32,6 +32,9 @@ class Frontend {
   virtual void deliver_close(Packet&& p) = 0;
   // The agent returned send credit (konn flow control only).
   virtual void deliver_window_update(int64_t bytes) = 0;
+  // KONN_CLOSE_WRITE: the agent's endpoint finished sending (only on tunnels dialled with
+  // konnHalfClose); the agent still reads.
+  virtual void deliver_close_write(Packet&& p) = 0;
   // The agent stream ended while this tunnel was pending or established.
   virtual void backend_gone() = 0;
 

@@ -14,6 +14,7 @@ struct NullFrontend : Frontend {
   void deliver_data(Packet&&) override {}
   void deliver_close(Packet&&) override {}
   void deliver_window_update(int64_t) override {}
+  void deliver_close_write(Packet&&) override {}
   void backend_gone() override {}
   std::string log_prefix() const override { return ""; }
 };
