@@ -1,6 +1,7 @@
 // --mode=http-connect end to end: what kube-apiserver's HTTPConnect egress sees, byte for byte.
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -117,6 +118,75 @@ TEST_CASE("http-connect moves 64 MiB each way intact", "[e2e][http-connect]") {
   konn::e2e::Sha256 got;
   got.update(back);
   CHECK(got.hex() == sent.hex());
+}
+
+TEST_CASE("http-connect passes the client's half-close: the echo's tail still arrives",
+          "[e2e][http-connect][half-close]") {
+  ConnectStack st;
+  auto s = st.connect();
+  asio::write(s, asio::buffer(connect_request(st.echo.address())));
+  expect_established(s);
+  // Far more than is in flight when the EOF arrives: an agent that closed the whole connection on
+  // the client's EOF (what upstream does) would cut the echo short.
+  const size_t n = 8u << 20;
+  auto data = konn::e2e::random_bytes(n, 7);
+  konn::e2e::Sha256 hasher;
+  hasher.update(data);
+  const std::string sent = hasher.hex();
+  std::thread writer([&] {
+    asio::write(s, asio::buffer(data));
+    s.shutdown(asio::socket_base::shutdown_send);
+  });
+  std::string back = read_all(s, 30s);  // until the tunnel's EOF
+  writer.join();
+  REQUIRE(back.size() == n);
+  konn::e2e::Sha256 got;
+  got.update(back);
+  CHECK(got.hex() == sent);
+  // The echo server saw the EOF (the agent shut down its write side) after every byte.
+  auto digests = st.echo.digests();
+  REQUIRE(digests.size() == 1);
+  CHECK(digests.front() == sent);
+}
+
+TEST_CASE("http-connect passes the destination's half-close: the client can still send",
+          "[e2e][http-connect][half-close]") {
+  ConnectStack st;
+  // A destination that greets, shuts down its write side, then counts what it still receives.
+  asio::io_context origin_io;
+  asio::ip::tcp::acceptor acceptor(origin_io, {asio::ip::make_address("127.0.0.1"), 0});
+  std::atomic<size_t> counted{0};
+  std::atomic<bool> saw_eof{false};
+  std::thread origin([&] {
+    asio::ip::tcp::socket peer(origin_io);
+    acceptor.accept(peer);
+    asio::write(peer, asio::buffer(std::string("greeting then EOF\n")));
+    peer.shutdown(asio::socket_base::shutdown_send);
+    char buf[65536];
+    for (;;) {
+      std::error_code ec;
+      size_t got = peer.read_some(asio::buffer(buf), ec);
+      counted += got;
+      if (ec) {
+        saw_eof = ec == asio::error::eof;
+        break;
+      }
+    }
+  });
+  auto s = st.connect();
+  asio::write(s, asio::buffer(connect_request(
+                     "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()))));
+  expect_established(s);
+  // The greeting, then EOF on our read side while our write side stays open.
+  std::string greeting = read_all(s, 10s);
+  CHECK(greeting == "greeting then EOF\n");
+  const size_t n = 4u << 20;
+  auto data = konn::e2e::random_bytes(n, 9);
+  asio::write(s, asio::buffer(data));
+  s.shutdown(asio::socket_base::shutdown_send);
+  origin.join();
+  CHECK(counted.load() == n);
+  CHECK(saw_eof.load());
 }
 
 TEST_CASE("http-connect failures get upstream's status, a clear body, and a close", "[e2e][http-connect]") {

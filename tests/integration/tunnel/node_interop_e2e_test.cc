@@ -59,3 +59,33 @@ TEST_CASE("e2e: an independent gRPC stack (Node grpc-js) fetches a page", "[e2e]
     CHECK(rr.output.find("connection refused") != std::string::npos);
   }
 }
+
+TEST_CASE("e2e: konn half-close passes through the gRPC frontend (Node grpc-js client)",
+          "[e2e][node][half-close]") {
+  KONN_REQUIRE_DAEMONS();
+  const std::string node_dir = source_dir() + "/tests/node";
+  if (access((node_dir + "/node_modules/@grpc/grpc-js").c_str(), R_OK) != 0) {
+    WARN("tests/node/node_modules is absent: run `npm ci` in tests/node; Node interop skipped");
+    return;
+  }
+  TunnelStack s;
+  ProcessOptions o;
+  o.binary = "node";
+  o.search_path = true;
+  // 4 MiB: far more than is in flight when the client's EOF arrives, so an agent that closed the
+  // whole connection on that EOF would lose the echo's tail.
+  o.args = {node_dir + "/halfclose.js", s.server.uds_path(), s.echo.address(),
+            std::to_string(4 << 20), "30000"};
+  o.stdout_path = s.dir.file("node.out");
+  auto r = run_process(std::move(o), 45s);
+  std::string out = slurp(s.dir.file("node.out"));
+  INFO("halfclose.js stderr: " << r.output << "\nstdout: " << out);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(out.rfind("ok 4194304 ", 0) == 0);
+  std::string digest = out.substr(11, 64);
+  // The echo server saw the client's EOF (the agent shut down its write side) and hashed exactly
+  // what was sent.
+  auto digests = s.echo.digests();
+  REQUIRE(digests.size() == 1);
+  CHECK(digests.front() == digest);
+}
