@@ -301,8 +301,6 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
     server_id = server_id_;
   }
   settings.half_close = req.konnhalfclose();
-  {
-  }
   int64_t id = table_->allocate_connect_id();
   auto conn = std::make_shared<EndpointConnection>(pool_.next(), shared_from_this(), table_, id,
                                                    random, server_id, settings, stats_);

@@ -92,17 +92,6 @@ void GrpcFrontend::on_packet(Packet&& p) {
 void GrpcFrontend::on_dial_request(Packet&& p) {
   const auto& req = p.dialrequest();
   int64_t random = req.random();
-  if (!p.has_dialrequest()) {
-    KONN_LOG(log_, info, "DIAL_REQ without a dial request refused");
-    {
-      std::lock_guard lock(mu_);
-      state_ = State::Closed;
-      close_reason_ = "DIAL_REQ without a dial request";
-    }
-    send(make_dial_response(random, 0, "DIAL_REQ without a dial request"));
-    close(grpc::Status::OK);
-    return;
-  }
   {
     std::lock_guard lock(mu_);
     if (state_ != State::Idle) {
@@ -114,6 +103,10 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
     random_ = random;
     address_ = req.address();
     dial_started_ = std::chrono::steady_clock::now();
+  }
+  if (!p.has_dialrequest()) {  // refused here rather than forwarded for the agent to refuse
+    fail_dial(random, "DIAL_REQ without a dial request");
+    return;
   }
   auto hp = core::net::parse_host_port(req.address());
   std::string host = hp ? hp->host : req.address();
