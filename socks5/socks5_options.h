@@ -29,7 +29,7 @@ struct Socks5Options {
   bool enable_bind = true;
   bool enable_udp = true;
   bool splice = true;  // zero-copy relay between plain TCP sockets
-  int splice_pipe_bytes = 64 * 1024;  // per direction, in the kernel, only while data flows
+  int splice_pipe_bytes = 1024 * 1024;  // per direction, in the kernel, only while data flows
   int buffer_size = 16 * 1024;  // per direction, buffered relay
   int workers = 0;              // 0 = one per core
   core::config::Duration graceful_shutdown_timeout = std::chrono::seconds(15);

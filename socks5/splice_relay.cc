@@ -11,10 +11,15 @@ namespace {
 
 using asio::ip::tcp;
 
-// Empty pipes left by finished relays on this thread, reused so that a short connection costs
-// no pipe2/fcntl/close (splice's price in connections per second). Bounded.
+// Empty pipes on this thread, reused so that a short connection, or a direction that goes quiet
+// and wakes again, costs no pipe2/fcntl/close (splice's price in connections per second).
+// Bounded by count and by capacity: the kernel charges every pipe's capacity to its user
+// (fs.pipe-user-pages-soft, 64 MiB by default), and an unprivileged user over that limit gets
+// 8 KiB pipes.
 struct PipeCache {
   static constexpr size_t kMax = 64;
+  static constexpr size_t kMaxBytes = 8 * 1024 * 1024;
+  size_t bytes = 0;
   struct Entry {
     int rd, wr;
     size_t bytes;
@@ -35,22 +40,29 @@ struct Pipe {
   int wr = -1;
   size_t bytes = 0;
   bool reusable = false;
-  ~Pipe() {
+  ~Pipe() { release(); }
+  // Gives the pipe back (to the cache when known empty, else closes it).
+  void release() {
     if (rd < 0) return;
-    if (reusable && pipe_cache.free.size() < PipeCache::kMax) {
-      pipe_cache.free.push_back({rd, wr, bytes});
-      return;
+    auto& c = pipe_cache;
+    if (reusable && c.free.size() < PipeCache::kMax && c.bytes + bytes <= PipeCache::kMaxBytes) {
+      c.free.push_back({rd, wr, bytes});
+      c.bytes += bytes;
+    } else {
+      ::close(rd);
+      ::close(wr);
     }
-    ::close(rd);
-    ::close(wr);
+    rd = wr = -1;
+    reusable = false;
   }
   bool open(size_t size) {
-    auto& f = pipe_cache.free;
-    if (!f.empty() && f.back().bytes == size) {
-      rd = f.back().rd;
-      wr = f.back().wr;
+    auto& c = pipe_cache;
+    if (!c.free.empty() && c.free.back().bytes == size) {
+      rd = c.free.back().rd;
+      wr = c.free.back().wr;
       bytes = size;
-      f.pop_back();
+      c.bytes -= size;
+      c.free.pop_back();
       return true;
     }
     int fds[2];
@@ -77,6 +89,10 @@ core::io::Awaitable<void> pump(tcp::socket& from, tcp::socket& to, size_t pipe_b
     // buffered relay's read-then-write).
     auto [n, err] = pipe.rd >= 0 ? fill() : std::pair<ssize_t, int>(-1, EAGAIN);
     if (n < 0 && err == EAGAIN) {
+      // The source is quiet and the pipe is empty: hand the pipe back while we wait, so a
+      // session holds one only while bytes are in flight (an idle session holds none).
+      pipe.reusable = true;
+      pipe.release();
       auto [ec] = co_await from.async_wait(tcp::socket::wait_read, core::io::use_nothrow);
       if (ec) {
         error = ec;
@@ -123,6 +139,7 @@ core::io::Awaitable<void> pump(tcp::socket& from, tcp::socket& to, size_t pipe_b
   // Every chunk was drained before the next fill, so the pipe is empty unless we stopped on an
   // error in the middle of a drain.
   pipe.reusable = !error;
+  pipe.release();
   std::error_code ignored;
   if (error) {
     failed = true;

@@ -20,13 +20,14 @@ struct Activity {
 // payload never enters user space. Same contract as core::relay::relay(): each direction ends
 // at EOF with shutdown(send) on the other socket (half-close), an error on either side closes
 // both, and the call returns when both directions are done. A pipe holds at most `pipe_bytes`
-// in flight per direction (bounded memory); pipes are created on the first byte, so an idle
-// session costs no pipe.
+// in flight per direction (bounded memory); a direction takes a pipe (from a small per-thread
+// cache) when bytes arrive and gives it back whenever the source goes quiet with the pipe empty,
+// so an idle session holds no pipe.
 //
 // Linux only. Sockets are switched to non-blocking mode.
 core::io::Awaitable<core::relay::RelayStats> splice_relay(asio::ip::tcp::socket& downstream,
                                                     asio::ip::tcp::socket& upstream,
                                                     Activity& activity,
-                                                    size_t pipe_bytes = 64 * 1024);
+                                                    size_t pipe_bytes = 1024 * 1024);
 
 }  // namespace konn::socks5
