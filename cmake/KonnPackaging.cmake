@@ -4,8 +4,8 @@
 #   (cd build/release && cpack -G DEB)                    # konn-<daemon>_<version>_<arch>.deb
 #
 # Components: proxy-server, proxy-agent, socks5, kubeproxy-http (binary + README), manifests
-# (manifests/ as kustomize bases and overlays, docs). Only these become packages; the test
-# helpers and benchmarks that konn_add_executable also installs stay out of them.
+# (manifests/ as kustomize bases and overlays, docs). Only these are installed and packaged;
+# test helpers and benchmarks are not installed at all.
 include(GNUInstallDirs)
 
 set(KONN_PACKAGED_DAEMONS proxy-server proxy-agent socks5 kubeproxy-http)

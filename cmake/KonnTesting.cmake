@@ -28,12 +28,12 @@ function(konn_add_unit_tests name)
     ENVIRONMENT "KONN_BIN_DIR=${PROJECT_BINARY_DIR}/bin")
 endfunction()
 
-# konn_add_executable(name SOURCES ... DEPS ...): a daemon's thin main.
+# konn_add_executable(name SOURCES ... DEPS ...): a daemon's thin main, or a test or bench
+# helper. Installs nothing: what is installed and packaged is listed in KonnPackaging.cmake.
 function(konn_add_executable name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
   konn_set_warnings(${name})
-  install(TARGETS ${name} RUNTIME DESTINATION bin)
 endfunction()
