@@ -36,11 +36,9 @@ std::string bin(const std::string& name) {
   return std::string(d ? d : ".") + "/" + name;
 }
 std::string source(const std::string& rel) {
-  // Exception: konn_add_unit_tests passes two ENVIRONMENT entries in a way ctest reads as one, so
-  // KONN_SOURCE_DIR may be missing; this file's own path gives the source tree too.
+  // The source tree from the build (not __FILE__: ccache's base_dir makes that relative).
   if (const char* d = std::getenv("KONN_SOURCE_DIR")) return std::string(d) + "/" + rel;
-  fs::path here = fs::path(__FILE__).parent_path();  // <src>/tests/integration/kubeproxy
-  return (here.parent_path().parent_path().parent_path() / rel).string();
+  return std::string(KONN_E2E_SOURCE_DIR) + "/" + rel;
 }
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
