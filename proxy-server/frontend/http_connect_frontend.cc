@@ -99,6 +99,14 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
     asio::post(stream_.get_executor(), [self = this->shared_from_this(), p = std::move(p)]() {
       self->dial_result_ = p.dialresponse();
       self->dial_answered_ = true;
+      if (self->dial_result_.error().empty()) {
+        // Established from this handler on, not from the dial coroutine's resumption: the agent's
+        // first DATA (or half-close) for a server-first protocol is posted right behind this
+        // answer and runs before the coroutine does. It waits in out_ behind the 200 (writing_).
+        self->connect_id_ = self->dial_result_.connectid();
+        self->established_ = true;
+        self->writing_ = true;
+      }
       self->wake_.cancel();
     });
     return true;
@@ -281,15 +289,12 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
       co_await reply_and_close(status_for_agent_error(dial_result_.error()), dial_result_.error());
       co_return;
     }
-    connect_id_ = dial_result_.connectid();
-    established_ = true;
     established_at_ = std::chrono::steady_clock::now();
     router_.metrics().dial_duration.Observe(
         std::chrono::duration<double>(established_at_ - started).count());
     router_.metrics().established.Increment();
-    // Agent DATA may already be arriving (server-first protocols): it waits in out_ until the 200
-    // is written, so the two writes never interleave.
-    writing_ = true;
+    // Agent DATA may already be queued (server-first protocols): writing_ was set with the answer,
+    // so it waits in out_ until the 200 is written and the two writes never interleave.
     auto [wec, n] = co_await asio::async_write(
         stream_, asio::buffer(kEstablished, sizeof(kEstablished) - 1), use_nothrow);
     writing_ = false;
