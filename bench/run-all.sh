@@ -33,5 +33,5 @@ case " $* " in
 esac
 # Tens of thousands of sockets in the daemons, the peers and the load generator.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-if [ "$(ulimit -n)" -lt 65536 ] && [ "$(id -u)" -eq 0 ]; then ulimit -n 65536 || true; fi
+if [ "$(ulimit -n)" -lt 65536 ]; then ulimit -n 65536 2>/dev/null || true; fi
 exec python3 bench/run_all.py --bin="$src/build/ci/bin" --src="$src" "${go_client[@]}" "$@"

@@ -406,9 +406,9 @@ workers 1
         return t
 
 
-ALL_TARGETS = ["iperf3", "direct", "konn-grpc", "konn-grpc-go", "konn-connect", "konn-socks5", "dante",
-               "microsocks", "kubeproxy-connect", "tinyproxy", "squid", "apiserver-direct",
-               "kubeproxy-http", "kubectl-proxy"]
+ALL_TARGETS = ["iperf3", "direct", "konn-grpc", "konn-grpc-go", "konn-connect", "konn-socks5",
+               "dante", "microsocks", "kubeproxy-connect", "tinyproxy", "squid",
+               "apiserver-direct", "kubeproxy-http", "kubectl-proxy"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -569,7 +569,7 @@ class Bench:
                     line = read_line(holder, self.args.step_timeout)
                     if '"ready"' not in line:
                         raise Failure(f"hold: {line} {holder.stderr.read()[-2000:]}")
-                    time.sleep(1.0)  # let every daemon finish its per-tunnel set-up
+                    time.sleep(self.args.settle)  # every daemon finishes its per-tunnel set-up
                     held = [memory_kib(p.pid) for _, p in target.daemons]
                     holder.stdin.write("\n")
                     holder.stdin.flush()
@@ -581,7 +581,7 @@ class Bench:
                     if holder.poll() is None:
                         os.killpg(holder.pid, signal.SIGKILL)
                         holder.wait()
-                time.sleep(2.0)  # closes propagate (CLOSE_RSP, agent side, TIME_WAIT)
+                time.sleep(2 * self.args.settle)  # closes propagate (CLOSE_RSP, agent side)
                 after = [memory_kib(p.pid) for _, p in target.daemons]
                 for (label, _), i, h, a in zip(target.daemons, idle, held, after):
                     self.record(target.name, name, f"idle MiB {label}", "MiB", i[0] / 1024)
@@ -651,18 +651,23 @@ class Bench:
                 self.dials(target)
                 continue
             if name != "iperf3" and target.daemons:
-                # First, on a fresh process: memory idle, with idle tunnels held, after closing.
-                try:
-                    target = self.t[name] = self.launcher.restart(target)
-                except Failure as e:
-                    self.failures.append(f"{name} / restart: {e}")
-                    log(f"FAILED {name} / restart: {e}")
-                    continue
-                time.sleep(1.0)
+                # First, each count on a freshly started daemon: memory idle, with idle tunnels
+                # held, after they closed.
                 counts = [a.idle] + ([a.idle_ours] if name in KONN_TUNNELS and
                                      a.idle_ours > a.idle else [])
-                self.memory(target, counts, http_get="/api" if target.group == "kubectl-proxy"
-                            else None)
+                for count in counts:
+                    try:
+                        target = self.t[name] = self.launcher.restart(target)
+                    except Failure as e:
+                        self.failures.append(f"{name} / restart: {e}")
+                        log(f"FAILED {name} / restart: {e}")
+                        target.dead = True
+                        break
+                    time.sleep(a.settle)
+                    self.memory(target, [count], http_get="/api"
+                                if target.group == "kubectl-proxy" else None)
+                if target.dead:
+                    continue
             if target.group == "kubectl-proxy":
                 self.kubectl_proxy(target)
                 continue
@@ -772,6 +777,8 @@ def main():
     ap.add_argument("--idle-ours", type=int, default=10000,
                     help="idle tunnels for konn's Konnectivity daemons")
     ap.add_argument("--wrk-connections", type=int, default=16)
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="seconds a daemon is left to settle before a memory sample")
     ap.add_argument("--step-timeout", type=float, default=300)
     ap.add_argument("--only", default="", help="comma-separated targets (default: all)")
     ap.add_argument("--json", default="")
@@ -782,7 +789,7 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.runs, args.bytes, args.duration = 1, 64 * 2**20, 0.3
-        args.idle, args.idle_ours, args.step_timeout = 100, 1000, 60
+        args.idle, args.idle_ours, args.step_timeout, args.settle = 100, 1000, 60, 0.3
     args.only = [s for s in args.only.split(",") if s]
     unknown = [s for s in args.only if s not in ALL_TARGETS]
     if unknown:
