@@ -420,16 +420,20 @@ class Bench:
         self.args, self.launcher, self.bindir = args, launcher, launcher.bin
         self.dest = launcher.dest
         self.t = {}
+        self.failures = []
         for name in args.only or ALL_TARGETS:
             if name == "konn-grpc-go":
                 continue  # drives konn-grpc's daemons: made from it in run_once
             log(f"starting {name}")
-            self.t[name] = launcher.start(name)
+            try:
+                self.t[name] = launcher.start(name)
+            except Failure as e:  # the others still run; the exit status says it
+                log(f"FAILED {name} / start: {e}")
+                self.failures.append(f"{name} / start: {e}")
         if args.go_client and "konn-grpc" in self.t and (not args.only or
                                                          "konn-grpc-go" in args.only):
             self.t["konn-grpc-go"] = None
         self.rows = {}  # (target, workload, metric, unit) -> [value per run]
-        self.failures = []
 
     def record(self, target, workload, metric, unit, value):
         self.rows.setdefault((target, workload, metric, unit), []).append(value)
