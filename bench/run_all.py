@@ -489,7 +489,8 @@ class Bench:
                     self.record(target.name, name, "MB/s", "MB/s", res["mb_s"])
                     gib = res["bytes"] / 2**30
                     for label, secs in cpu:
-                        self.record(target.name, name, f"CPU s/GiB {label}", "s/GiB", secs / gib)
+                        self.record(target.name, name, "CPU s/GiB" + daemon_suffix(target, label),
+                                    "s/GiB", secs / gib)
                 self.step(target, name, run)
 
     def iperf(self, direction, streams):
@@ -588,12 +589,12 @@ class Bench:
                 time.sleep(2 * self.args.settle)  # closes propagate (CLOSE_RSP, agent side)
                 after = [memory_kib(p.pid) for _, p in target.daemons]
                 for (label, _), i, h, a in zip(target.daemons, idle, held, after):
-                    self.record(target.name, name, f"idle MiB {label}", "MiB", i[0] / 1024)
-                    self.record(target.name, name, f"held MiB {label}", "MiB", h[0] / 1024)
-                    self.record(target.name, name, f"KiB/tunnel {label}", "KiB",
+                    sfx = daemon_suffix(target, label)
+                    self.record(target.name, name, "idle MiB" + sfx, "MiB", i[0] / 1024)
+                    self.record(target.name, name, "held MiB" + sfx, "MiB", h[0] / 1024)
+                    self.record(target.name, name, "KiB/tunnel" + sfx, "KiB",
                                 (h[0] - i[0]) / count)
-                    self.record(target.name, name, f"after close MiB {label}", "MiB",
-                                a[0] / 1024)
+                    self.record(target.name, name, "after close MiB" + sfx, "MiB", a[0] / 1024)
             self.step(target, name, run)
 
     def kubectl_proxy(self, target):
@@ -635,8 +636,8 @@ class Bench:
                 raise Failure(f"download got {size} of {a.bytes} bytes")
             self.record(target.name, "download", "MB/s", "MB/s", float(speed) / 1e6)
             for label, secs in cpu:
-                self.record(target.name, "download", f"CPU s/GiB {label}", "s/GiB",
-                            secs / (a.bytes / 2**30))
+                self.record(target.name, "download", "CPU s/GiB" + daemon_suffix(target, label),
+                            "s/GiB", secs / (a.bytes / 2**30))
         self.step(target, "download", download)
 
     def run_once(self):
@@ -681,6 +682,12 @@ class Bench:
             self.round_trips(target)
             self.dials(target)
             self.head_of_line(target)
+
+
+def daemon_suffix(target, label):
+    """Names the daemon in a metric only where a target has several (the Konnectivity server
+    and agent), so a single-process target's rows line up with its peers' for the ratios."""
+    return f" {label}" if len(target.daemons) > 1 else ""
 
 
 def read_line(p, timeout):
