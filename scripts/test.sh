@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Runs the whole konn test suite from a clean clone: installs what is missing (Debian packages,
-# the npm packages of the Node interop test), builds with warnings as errors, runs ctest.
-# Usage: scripts/test.sh [extra ctest arguments, e.g. -R e2e]
+# the npm packages of the Node interop test), builds with warnings as errors and runs ctest, then
+# builds and runs the suite again under AddressSanitizer + UndefinedBehaviorSanitizer, and a
+# subset under ThreadSanitizer (scripts/sanitizers.sh says which and why).
+# Usage: scripts/test.sh                        everything (what CI runs)
+#        scripts/test.sh --fast [ctest args]    the optimised build only, e.g. --fast -R e2e
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+fast=0
+if [ "${1:-}" = --fast ]; then
+  fast=1
+  shift
+fi
 
 bash scripts/setup.sh
 # catch_discover_tests cuts a test name at ';' (ctest then counts the never-run case as
@@ -22,3 +31,7 @@ if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCH
 cmake --preset ci "${launcher[@]}" >/dev/null
 cmake --build --preset ci -j "$(nproc)"
 ctest --preset ci -j 2 --timeout 600 "$@"
+
+if [ "$fast" = 0 ]; then
+  bash scripts/sanitizers.sh
+fi

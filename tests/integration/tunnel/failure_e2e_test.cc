@@ -110,7 +110,11 @@ TEST_CASE("e2e: after a server restart the agent reconnects within the sync cap"
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;
   SECTION("SIGKILL") { s.server.kill(); }
-  SECTION("SIGTERM") { CHECK(s.server.stop() == 0); }
+  SECTION("SIGTERM") {
+    int status = s.server.stop();
+    INFO("server log:\n" << s.server.process().log());
+    CHECK(status == 0);
+  }
   // Let the agent fail a few attempts, so its retry interval has grown to the cap
   // (100ms, 150ms, 225ms, ... 1s).
   bool backed_off = s.agent->wait_for_log("cannot connect to proxy-server", 10s, 7);
