@@ -36,12 +36,13 @@ uint16_t port_in_log(const Process& p, const std::string& needle, const std::reg
 
 // proxy-server (frontend on a unix socket, in `mode`), one agent, and local origins.
 struct Stack {
-  explicit Stack(const std::string& frontend_mode)
+  // `tcp`: the frontend on TCP with mutual TLS instead of the unix socket.
+  explicit Stack(const std::string& frontend_mode, bool tcp = false)
       : mode(frontend_mode),
         certs(konn::testsupport::test_certs()),
         server(dir, certs,
-               frontend_mode == "grpc" ? ServerSpec{}
-                                       : ServerSpec{false, true, {"--mode=http-connect"}}) {
+               frontend_mode == "grpc" ? ServerSpec{tcp, true, {}}
+                                       : ServerSpec{tcp, true, {"--mode=http-connect"}}) {
     http.add_page("/hello", "hello through the tunnel\n");
     server.start();
     agent = konn::e2e::start_agent(dir, certs, server.agent_port(), AgentSpec{});
@@ -51,8 +52,17 @@ struct Stack {
   }
 
   std::vector<std::string> upstream_flags() const {
-    return {"--konnectivity-address=unix:" + server.uds_path(), "--konnectivity-mode=" + mode,
-            "--konnectivity-dial-timeout=10s"};
+    std::vector<std::string> f{"--konnectivity-mode=" + mode, "--konnectivity-dial-timeout=10s"};
+    if (server.frontend_port() == 0) {
+      f.push_back("--konnectivity-address=unix:" + server.uds_path());
+    } else {
+      // kube-apiserver's client certificate; the server's certificate names 127.0.0.1.
+      f.push_back("--konnectivity-address=127.0.0.1:" + std::to_string(server.frontend_port()));
+      f.push_back("--konnectivity-ca-cert=" + certs.ca_crt);
+      f.push_back("--konnectivity-client-cert=" + certs.client_crt);
+      f.push_back("--konnectivity-client-key=" + certs.client_key);
+    }
+    return f;
   }
 
   std::string mode;
@@ -155,8 +165,9 @@ TEST_CASE("socks5 through Konnectivity: curl --socks5-hostname reaches an origin
           "[e2e][upstream][socks5]") {
   REQUIRE(Process::bin_exists("socks5"));
   std::string mode = GENERATE(std::string("grpc"), std::string("http-connect"));
-  INFO("mode " << mode);
-  Stack stack(mode);
+  bool tcp = GENERATE(false, true);
+  INFO("mode " << mode << (tcp ? " over TCP+mTLS" : " over a unix socket"));
+  Stack stack(mode, tcp);
   Socks5 socks(stack);
   // "localhost" goes to the agent unresolved (socks5's own DNS points nowhere).
   std::string url = "http://localhost:" + std::to_string(stack.http.port()) + "/hello";
@@ -206,6 +217,37 @@ TEST_CASE("socks5 through Konnectivity: reply codes for a refused destination, B
     CHECK(c.request("127.0.0.1", 0, 3) == 0x07);  // UDP ASSOCIATE: neither
   }
   CHECK(socks.proc->wait_for_log("connection refused", 5s));
+}
+
+TEST_CASE("socks5 with open Konnectivity tunnels shuts down cleanly on SIGTERM",
+          "[e2e][upstream][socks5]") {
+  REQUIRE(Process::bin_exists("socks5"));
+  std::string mode = GENERATE(std::string("grpc"), std::string("http-connect"));
+  INFO("mode " << mode);
+  Stack stack(mode);
+  Socks5 socks(stack, {"--graceful-shutdown-timeout=500ms"});
+  std::vector<std::unique_ptr<SocksClient>> open;
+  for (int i = 0; i < 3; ++i) {
+    open.push_back(std::make_unique<SocksClient>(socks.port));
+    REQUIRE(open.back()->request("localhost", stack.echo.port()) == 0);
+    std::string ping = "ping";
+    asio::write(open.back()->s, asio::buffer(ping));
+    std::string pong(4, '\0');
+    asio::read(open.back()->s, asio::buffer(pong));
+    CHECK(pong == "ping");
+  }
+  auto start = std::chrono::steady_clock::now();
+  int status = socks.proc->terminate(10s);
+  INFO(socks.proc->log());
+  CHECK(status == 0);
+  CHECK(std::chrono::steady_clock::now() - start < 8s);
+  // Every client saw its session end.
+  for (auto& c : open) {
+    std::array<char, 16> buf{};
+    std::error_code ec;
+    c->s.read_some(asio::buffer(buf), ec);
+    CHECK(ec);
+  }
 }
 
 TEST_CASE("socks5 health and metrics listeners, with the Konnectivity upstream",
