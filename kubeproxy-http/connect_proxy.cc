@@ -128,8 +128,8 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
       if (metrics_ != nullptr) {
         metrics_->dial_failure("konnectivity", core::konnectivity::to_string(r.error.failure));
       }
-      co_await reply(core::konnectivity::http_status_for(r.error),
-                     r.error.text + std::string("\n"));
+      std::string body = r.error.text + "\n";
+      co_await reply(core::konnectivity::http_status_for(r.error), body);
       co_return;
     }
     early = std::move(r.tunnel->early_bytes());

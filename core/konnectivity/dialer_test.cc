@@ -55,7 +55,8 @@ TEST_CASE("konnectivity dialer: grpc echo, close with CLOSE_REQ/CLOSE_RSP", "[ko
   Dialer dialer(opts);
   asio::io_context ctx;
   auto got = run(ctx, [&]() -> asio::awaitable<std::string> {
-    auto r = co_await dialer.dial("echo:80", 5000ms);
+    std::string target = "echo:80";
+    auto r = co_await dialer.dial(target, 5000ms);
     if (!r.tunnel) co_return "dial: " + r.error.text;
     CHECK(std::string(r.tunnel->kind()) == "grpc");
     std::string text = "hello through a grpc tunnel";
@@ -115,7 +116,8 @@ TEST_CASE("konnectivity dialer: the far side closing gives the data, then EOF", 
   Dialer dialer(unix_upstream(sock, "grpc"));
   asio::io_context ctx;
   auto got = run(ctx, [&]() -> asio::awaitable<std::string> {
-    auto r = co_await dialer.dial("hangup:80", 5000ms);
+    std::string target = "hangup:80";
+    auto r = co_await dialer.dial(target, 5000ms);
     if (!r.tunnel) co_return "dial: " + r.error.text;
     std::string out;
     std::array<char, 64> buf{};
@@ -186,7 +188,8 @@ TEST_CASE("konnectivity dialer: http-connect over a unix socket", "[konnectivity
   Dialer dialer(unix_upstream(sock, "http-connect"));
   asio::io_context ctx;
   auto got = run(ctx, [&]() -> asio::awaitable<std::string> {
-    auto r = co_await dialer.dial("early:80", 5000ms);
+    std::string target = "early:80";
+    auto r = co_await dialer.dial(target, 5000ms);
     if (!r.tunnel) co_return "dial: " + r.error.text;
     CHECK(r.tunnel->unix_socket() != nullptr);
     std::string text = "+echoed";
