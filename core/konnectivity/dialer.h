@@ -31,6 +31,8 @@ struct DialResult {
 //    host:port HTTP/1.1`, and exactly 200 opens the tunnel (anything else fails with the status
 //    and the body, which carries the agent's reason).
 // Thread-safe: dial() may run on any io_context; the tunnel stays on the caller's executor.
+// Lifetime: destroy the Dialer before the io_contexts its tunnels ran on (its destructor cancels
+// the gRPC streams and waits for their end, after which nothing is posted to them any more).
 class Dialer {
  public:
   // Loads certificates; throws std::runtime_error naming what could not be used.

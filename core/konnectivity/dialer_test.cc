@@ -52,8 +52,9 @@ TEST_CASE("konnectivity dialer: grpc echo, close with CLOSE_REQ/CLOSE_RSP", "[ko
   auto sock = dir.file("fe.sock");
   konn::testclient::FakeProxyService fake{sock};
   auto opts = unix_upstream(sock, "grpc");
-  Dialer dialer(opts);
+  // Declared first: the dialer (and its streams) must go before the io_context they post to.
   asio::io_context ctx;
+  Dialer dialer(opts);
   auto got = run(ctx, [&]() -> asio::awaitable<std::string> {
     std::string target = "echo:80";
     auto r = co_await dialer.dial(target, 5000ms);
@@ -79,8 +80,9 @@ TEST_CASE("konnectivity dialer: grpc errors carry the agent's reason", "[konnect
   TempDir dir{"konn-kd"};
   auto sock = dir.file("fe.sock");
   konn::testclient::FakeProxyService fake{sock};
-  Dialer dialer(unix_upstream(sock, "grpc"));
+  // Declared first: the dialer (and its streams) must go before the io_context they post to.
   asio::io_context ctx;
+  Dialer dialer(unix_upstream(sock, "grpc"));
   auto refused = run(ctx, dialer.dial("refuse:81", 5000ms));
   REQUIRE(!refused.tunnel);
   CHECK(refused.error.failure == DialFailure::Refused);
@@ -113,8 +115,9 @@ TEST_CASE("konnectivity dialer: the far side closing gives the data, then EOF", 
   TempDir dir{"konn-kd"};
   auto sock = dir.file("fe.sock");
   konn::testclient::FakeProxyService fake{sock};
-  Dialer dialer(unix_upstream(sock, "grpc"));
+  // Declared first: the dialer (and its streams) must go before the io_context they post to.
   asio::io_context ctx;
+  Dialer dialer(unix_upstream(sock, "grpc"));
   auto got = run(ctx, [&]() -> asio::awaitable<std::string> {
     std::string target = "hangup:80";
     auto r = co_await dialer.dial(target, 5000ms);
@@ -140,8 +143,9 @@ TEST_CASE("konnectivity dialer: a reader that stops reading holds the stream bac
   TempDir dir{"konn-kd"};
   auto sock = dir.file("fe.sock");
   konn::testclient::FakeProxyService fake{sock};
-  Dialer dialer(unix_upstream(sock, "grpc"));
+  // Declared first: the dialer (and its streams) must go before the io_context they post to.
   asio::io_context ctx;
+  Dialer dialer(unix_upstream(sock, "grpc"));
   constexpr uint64_t kTotal = 512ull * 1024 * 1024;
   std::unique_ptr<Tunnel> t;
   auto r = run(ctx, dialer.dial("source:" + std::to_string(kTotal), 5000ms));
@@ -185,8 +189,9 @@ TEST_CASE("konnectivity dialer: http-connect over a unix socket", "[konnectivity
   TempDir dir{"konn-kd"};
   auto sock = dir.file("fe.sock");
   konn::testclient::FakeConnectServer fake{sock};
-  Dialer dialer(unix_upstream(sock, "http-connect"));
+  // Declared first: the dialer (and its streams) must go before the io_context they post to.
   asio::io_context ctx;
+  Dialer dialer(unix_upstream(sock, "http-connect"));
   auto got = run(ctx, [&]() -> asio::awaitable<std::string> {
     std::string target = "early:80";
     auto r = co_await dialer.dial(target, 5000ms);
