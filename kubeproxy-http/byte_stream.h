@@ -12,6 +12,7 @@
 #include <asio/write.hpp>
 
 #include "core/io/asio_compat.h"
+#include "core/konnectivity/tunnel.h"
 
 namespace konn::kubeproxy {
 
@@ -31,24 +32,28 @@ class BufferedTcp : public asio::buffered_read_stream<asio::ip::tcp::socket> {
   }
 };
 
-// One connected byte stream of any of the kinds the proxy handles: TCP, a unix socket, or TLS over
-// TCP (handshake already done). Lets the HTTP code be written once. Like the sockets it wraps, it
-// allows one read and one write in flight at the same time.
+// One connected byte stream of any of the kinds the proxy handles: TCP, a unix socket, TLS over
+// TCP (handshake already done), or a tunnel through a Konnectivity proxy-server. Lets the HTTP code
+// be written once. Like the sockets it wraps, it allows one read and one write in flight at the
+// same time.
 class ByteStream {
  public:
   using Tcp = asio::ip::tcp::socket;
   using Unix = asio::local::stream_protocol::socket;
   using Tls = asio::ssl::stream<BufferedTcp>;
+  using Konnectivity = core::konnectivity::Tunnel;
   using IoResult = std::tuple<std::error_code, size_t>;
 
  private:
-  std::variant<Tcp, Unix, std::unique_ptr<Tls>> impl_;
+  std::variant<Tcp, Unix, std::unique_ptr<Tls>, std::unique_ptr<Konnectivity>> impl_;
 
   template <typename F>
   decltype(auto) visit(F&& f) {
     return std::visit(
         [&](auto& s) -> decltype(auto) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(s)>, std::unique_ptr<Tls>>) {
+          using T = std::decay_t<decltype(s)>;
+          if constexpr (std::is_same_v<T, std::unique_ptr<Tls>> ||
+                        std::is_same_v<T, std::unique_ptr<Konnectivity>>) {
             return f(*s);
           } else {
             return f(s);
@@ -58,10 +63,10 @@ class ByteStream {
   }
 
  public:
-
   explicit ByteStream(Tcp s) : impl_(std::move(s)) {}
   explicit ByteStream(Unix s) : impl_(std::move(s)) {}
   explicit ByteStream(std::unique_ptr<Tls> s) : impl_(std::move(s)) {}
+  explicit ByteStream(std::unique_ptr<Konnectivity> s) : impl_(std::move(s)) {}
 
   asio::any_io_executor get_executor() {
     return visit([](auto& s) { return asio::any_io_executor(s.get_executor()); });
@@ -109,7 +114,8 @@ class ByteStream {
 
   Tcp* tcp() {
     if (auto* t = std::get_if<Tcp>(&impl_)) return t;
-    if (auto* s = std::get_if<std::unique_ptr<Tls>>(&impl_)) return &(*s)->next_layer().next_layer();
+    if (auto* s = std::get_if<std::unique_ptr<Tls>>(&impl_))
+      return &(*s)->next_layer().next_layer();
     return nullptr;
   }
 

@@ -2,9 +2,9 @@
 
 #include <vector>
 
-#include "core/kube/kubeconfig.h"
 #include "core/http/http1_parser.h"
 #include "core/http/http1_writer.h"
+#include "core/kube/kubeconfig.h"
 #include "core/log/log_macros.h"
 #include "core/net/endpoint.h"
 #include "kubeproxy-http/upgrade.h"
@@ -22,9 +22,14 @@ core::http::Headers proxy_authenticate() {
 
 }  // namespace
 
-ConnectProxy::ConnectProxy(const KubeproxyOptions& options)
-    : options_(options), log_(core::log::get("kubeproxy.connect")) {
-  for (const auto& p : options.allowed_destinations) allowed_.emplace_back(p, std::regex::ECMAScript);
+ConnectProxy::ConnectProxy(const KubeproxyOptions& options,
+                           core::konnectivity::Dialer* konnectivity, KubeproxyMetrics* metrics)
+    : options_(options),
+      konnectivity_(konnectivity),
+      metrics_(metrics),
+      log_(core::log::get("kubeproxy.connect")) {
+  for (const auto& p : options.allowed_destinations)
+    allowed_.emplace_back(p, std::regex::ECMAScript);
   if (!options.proxy_user.empty()) {
     expected_auth_ = "Basic " + core::kube::encode_base64(options.proxy_user);
   }
@@ -52,6 +57,7 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
   auto reply = [&](int status, std::string body,
                    core::http::Headers extra = {}) -> core::io::Awaitable<void> {
     std::string resp = core::http::write_text_response(status, body, true, extra);
+    if (metrics_ != nullptr) metrics_->response(status);
     co_await client.write(asio::buffer(resp));
     if (options_.access_log) {
       log_->info("{} \"CONNECT {}\" {}", peer, parser.head().target, status);
@@ -60,8 +66,8 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
   };
   for (;;) {
     asio::steady_timer timer(client.get_executor(), deadline);
-    auto r = co_await (client.read_some(asio::buffer(buf)) ||
-                       timer.async_wait(core::io::use_nothrow));
+    auto r =
+        co_await (client.read_some(asio::buffer(buf)) || timer.async_wait(core::io::use_nothrow));
     if (r.index() == 1) {
       if (!parser.idle()) co_await reply(408, std::string("Request Timeout\n"));
       client.close();
@@ -76,7 +82,8 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
     auto res = parser.feed(data);
     if (res.status == Http1Parser::Status::Invalid) {
       int code = parser.error_status();
-      co_await reply(code, std::string(core::http::reason_phrase(code)) + ": " + parser.error() + std::string("\n"));
+      co_await reply(code, std::string(core::http::reason_phrase(code)) + ": " + parser.error() +
+                               std::string("\n"));
       co_return;
     }
     if (res.status == Http1Parser::Status::MessageComplete) {
@@ -85,6 +92,7 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
     }
   }
   const auto& h = parser.head();
+  if (metrics_ != nullptr) metrics_->request("connect");
   if (h.method != "CONNECT") {
     co_await reply(405, std::string("Method Not Allowed: this proxy only supports CONNECT\n"),
                    allow_connect());
@@ -93,8 +101,7 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
   if (!expected_auth_.empty()) {
     const std::string* auth = h.find("Proxy-Authorization");
     if (auth == nullptr || *auth != expected_auth_) {
-      co_await reply(407, std::string("Proxy Authentication Required\n"),
-                     proxy_authenticate());
+      co_await reply(407, std::string("Proxy Authentication Required\n"), proxy_authenticate());
       co_return;
     }
   }
@@ -105,36 +112,70 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
   }
   std::string destination = hp->to_string();
   if (!allowed(destination)) {
-    KONN_LOG(log_, info, "{}: CONNECT {} refused: not in --allowed-destinations", peer, destination);
+    KONN_LOG(log_, info, "{}: CONNECT {} refused: not in --allowed-destinations", peer,
+             destination);
     co_await reply(403, std::string("Forbidden: destination not allowed\n"));
     co_return;
   }
-  auto d = co_await UpstreamDialer::dial_plain(
-      client.get_executor(), destination,
-      std::chrono::duration_cast<std::chrono::milliseconds>(options_.dial_timeout));
-  if (!d.stream) {
-    KONN_LOG(log_, info, "{}: CONNECT {}: {}", peer, destination, d.error);
-    co_await reply(d.timeout ? 504 : 502, d.error + std::string("\n"));
-    co_return;
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.dial_timeout);
+  std::unique_ptr<ByteStream> upstream;
+  std::string early;  // destination bytes that came with the proxy-server's 200
+  if (konnectivity_ != nullptr) {
+    auto r = co_await konnectivity_->dial(destination, timeout);
+    if (!r.tunnel) {
+      KONN_LOG(log_, info, "{}: CONNECT {} through Konnectivity: {}", peer, destination,
+               r.error.text);
+      if (metrics_ != nullptr) {
+        metrics_->dial_failure("konnectivity", core::konnectivity::to_string(r.error.failure));
+      }
+      std::string body = r.error.text + "\n";
+      co_await reply(core::konnectivity::http_status_for(r.error), body);
+      co_return;
+    }
+    early = std::move(r.tunnel->early_bytes());
+    upstream = std::make_unique<ByteStream>(std::move(r.tunnel));
+  } else {
+    auto d = co_await UpstreamDialer::dial_plain(client.get_executor(), destination, timeout);
+    if (!d.stream) {
+      KONN_LOG(log_, info, "{}: CONNECT {}: {}", peer, destination, d.error);
+      if (metrics_ != nullptr) {
+        metrics_->dial_failure("direct", d.timeout ? "timeout"
+                                                   : core::konnectivity::to_string(
+                                                         core::konnectivity::classify(d.error)));
+      }
+      co_await reply(d.timeout ? 504 : 502, d.error + std::string("\n"));
+      co_return;
+    }
+    upstream = std::move(d.stream);
   }
   static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
+  if (metrics_ != nullptr) metrics_->response(200);
   auto [wec, wn] = co_await client.write(asio::buffer(kEstablished));
   if (wec) co_return;
+  if (!early.empty()) {
+    auto [eec, en] = co_await client.write(asio::buffer(early));
+    if (eec) co_return;
+  }
   if (!rest.empty()) {
-    auto [uec, un] = co_await d.stream->write(asio::buffer(rest));
+    auto [uec, un] = co_await upstream->write(asio::buffer(rest));
     if (uec) co_return;
   }
   if (options_.access_log) log_->info("{} \"CONNECT {}\" 200 established", peer, destination);
   auto start = std::chrono::steady_clock::now();
-  auto stats = co_await relay_streams(client, *d.stream);
+  auto stats = co_await relay_streams(client, *upstream);
+  if (metrics_ != nullptr) {
+    metrics_->bytes(stats.downstream_to_upstream + rest.size(),
+                    stats.upstream_to_downstream + early.size());
+  }
   if (options_.access_log) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - start);
     log_->info("{} \"CONNECT {}\" 200 up={} down={} {}ms", peer, destination,
-               stats.downstream_to_upstream + rest.size(), stats.upstream_to_downstream, ms.count());
+               stats.downstream_to_upstream + rest.size(), stats.upstream_to_downstream,
+               ms.count());
   }
   client.close();
-  d.stream->close();
+  upstream->close();
 }
 
 }  // namespace konn::kubeproxy

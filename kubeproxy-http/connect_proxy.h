@@ -8,7 +8,9 @@
 #include <spdlog/logger.h>
 
 #include "core/io/asio_compat.h"
+#include "core/konnectivity/dialer.h"
 #include "kubeproxy-http/byte_stream.h"
+#include "kubeproxy-http/kubeproxy_metrics.h"
 #include "kubeproxy-http/kubeproxy_options.h"
 
 namespace konn::kubeproxy {
@@ -19,11 +21,15 @@ namespace konn::kubeproxy {
 //  - --proxy-user set, Proxy-Authorization missing  -> 407 with Proxy-Authenticate: Basic
 //  - host:port outside --allowed-destinations       -> 403
 //  - dial refused / failed                          -> 502, dial timeout -> 504
+//  - through Konnectivity: no agent                 -> 503 (proxy-server's 502/503/504 kept)
 //  - dialled                                        -> "HTTP/1.1 200 Connection established"
-// and then bytes are relayed both ways with half-close until both sides closed.
+// and then bytes are relayed both ways with half-close until both sides closed. With
+// `konnectivity` set, destinations are dialled through that proxy-server (names unresolved).
 class ConnectProxy {
  public:
-  explicit ConnectProxy(const KubeproxyOptions& options);
+  // `konnectivity` and `metrics` may be null; both outlive the proxy.
+  ConnectProxy(const KubeproxyOptions& options, core::konnectivity::Dialer* konnectivity = nullptr,
+               KubeproxyMetrics* metrics = nullptr);
 
   core::io::Awaitable<void> serve(ByteStream client, std::string peer);
 
@@ -31,6 +37,8 @@ class ConnectProxy {
   bool allowed(const std::string& destination) const;
 
   const KubeproxyOptions& options_;
+  core::konnectivity::Dialer* konnectivity_;
+  KubeproxyMetrics* metrics_;
   std::vector<std::regex> allowed_;
   std::string expected_auth_;  // "Basic <base64(user:password)>", "" when not required
   std::shared_ptr<spdlog::logger> log_;

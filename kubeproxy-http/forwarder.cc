@@ -198,6 +198,11 @@ core::io::Awaitable<void> Forwarder::serve(ByteStream client, std::string peer) 
     first = false;
     stats_.requests.fetch_add(1, std::memory_order_relaxed);
     keep = co_await handle(x);
+    if (metrics_ != nullptr) {
+      metrics_->request("proxy");
+      if (x.status != 0) metrics_->response(x.status);
+      metrics_->bytes(0, x.bytes_out);
+    }
     if (options_.access_log) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - x.start);
       log_->info("{} \"{} {}\" {} {} {}ms", x.peer, x.req.head().method, x.req.head().target,
@@ -242,7 +247,8 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
   std::string prefix = options_.api_prefix;
   if (prefix.back() != '/') prefix.push_back('/');
   if (path.rfind(prefix, 0) != 0 && path + "/" != prefix) {
-    co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep, x.status);
+    co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep,
+                                 x.status);
   }
   if (prefix.rfind("/api", 0) != 0 && prefix != "/") {
     path = "/" + (path.size() >= prefix.size() ? path.substr(prefix.size()) : "");
@@ -251,8 +257,8 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
   if (!options_.require_token.empty()) {
     const std::string* auth = h.find("Authorization");
     if (auth == nullptr || *auth != "Bearer " + options_.require_token) {
-      co_return co_await send_text(x.client, 401, std::string("Unauthorized\n"), !can_keep, x.status,
-                                   www_authenticate());
+      co_return co_await send_text(x.client, 401, std::string("Unauthorized\n"), !can_keep,
+                                   x.status, www_authenticate());
     }
   }
 
@@ -345,9 +351,10 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
       auto d = co_await dialer_.dial(ex);
       if (!d.stream) {
         KONN_LOG(log_, warn, "{}: {} {}: {}", x.peer, h.method, target, d.error);
-        co_return co_await send_text(x.client, d.timeout ? 504 : 502,
-                                     "Error trying to reach the API server: " + d.error + std::string("\n"),
-                                     !(x.body_done && h.keep_alive), x.status);
+        co_return co_await send_text(
+            x.client, d.timeout ? 504 : 502,
+            "Error trying to reach the API server: " + d.error + std::string("\n"),
+            !(x.body_done && h.keep_alive), x.status);
       }
       up = std::move(d.stream);
     }
@@ -369,9 +376,10 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
       if (wec) {
         up->close();
         if (reused) continue;
-        co_return co_await send_text(x.client, 502,
-                                     "Error trying to reach the API server: " + wec.message() + std::string("\n"),
-                                     true, x.status);
+        co_return co_await send_text(
+            x.client, 502,
+            "Error trying to reach the API server: " + wec.message() + std::string("\n"), true,
+            x.status);
       }
     }
     while (!x.body_done) {
@@ -387,8 +395,8 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
       x.in.consume(r.consumed);
       if (r.status == Status::Invalid) {
         up->close();
-        co_return co_await send_text(x.client, 400, "Bad Request: " + x.req.error() + std::string("\n"), true,
-                                     x.status);
+        co_return co_await send_text(
+            x.client, 400, "Bad Request: " + x.req.error() + std::string("\n"), true, x.status);
       }
       std::vector<std::string> heads;
       heads.reserve(r.body.size());
@@ -409,10 +417,10 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
         auto [wec, wn] = co_await up->write(out);
         if (wec) {
           up->close();
-          co_return co_await send_text(x.client, 502,
-                                       "Error trying to reach the API server: " + wec.message() +
-                                           std::string("\n"),
-                                       true, x.status);
+          co_return co_await send_text(
+              x.client, 502,
+              "Error trying to reach the API server: " + wec.message() + std::string("\n"), true,
+              x.status);
         }
       }
     }
@@ -527,12 +535,12 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
         if (!got_any) {
           up->close();
           if (reused && attempt == 0) break;  // stale pooled connection: retry on a new one
-          co_return co_await send_text(x.client, 502,
-                                       "Error trying to reach the API server: " +
-                                           (ec == asio::error::eof ? std::string(std::string("EOF"))
-                                                                   : ec.message()) +
-                                           std::string("\n"),
-                                       true, x.status);
+          co_return co_await send_text(
+              x.client, 502,
+              "Error trying to reach the API server: " +
+                  (ec == asio::error::eof ? std::string(std::string("EOF")) : ec.message()) +
+                  std::string("\n"),
+              true, x.status);
         }
         if (resp.finish()) {
           if (chunked_out) {
@@ -562,9 +570,9 @@ core::io::Awaitable<bool> Forwarder::upgrade(Exchange& x, const std::string& tar
   auto d = co_await dialer_.dial(x.client.get_executor());
   if (!d.stream) {
     KONN_LOG(log_, warn, "{}: upgrade {}: {}", x.peer, target, d.error);
-    co_return co_await send_text(x.client, d.timeout ? 504 : 502,
-                                 "Error trying to reach the API server: " + d.error + std::string("\n"), true,
-                                 x.status);
+    co_return co_await send_text(
+        x.client, d.timeout ? 504 : 502,
+        "Error trying to reach the API server: " + d.error + std::string("\n"), true, x.status);
   }
   auto& up = *d.stream;
   // Bytes the client sent after its head already belong to the upgraded protocol.
@@ -573,15 +581,15 @@ core::io::Awaitable<bool> Forwarder::upgrade(Exchange& x, const std::string& tar
   std::vector<asio::const_buffer> out{asio::buffer(head), asio::buffer(early)};
   auto [wec, wn] = co_await up.write(out);
   if (wec) {
-    co_return co_await send_text(x.client, 502,
-                                 "Error trying to reach the API server: " + wec.message() + std::string("\n"),
-                                 true, x.status);
+    co_return co_await send_text(
+        x.client, 502, "Error trying to reach the API server: " + wec.message() + std::string("\n"),
+        true, x.status);
   }
   auto outcome = co_await finish_upgrade(x.client, up);
   x.status = outcome.status;
   if (outcome.status == 0) {
-    co_return co_await send_text(x.client, 502, "Bad Gateway: " + outcome.error + std::string("\n"), true,
-                                 x.status);
+    co_return co_await send_text(x.client, 502, "Bad Gateway: " + outcome.error + std::string("\n"),
+                                 true, x.status);
   }
   x.bytes_out = outcome.relayed.upstream_to_downstream;
   KONN_LOG(log_, debug, "{}: upgrade {} ended with {}: {} bytes up, {} bytes down", x.peer, target,
@@ -595,18 +603,22 @@ core::io::Awaitable<bool> Forwarder::serve_static(Exchange& x, const std::string
   const auto& h = x.req.head();
   bool can_keep = x.body_done && h.keep_alive;
   if (h.method != "GET" && h.method != "HEAD") {
-    co_return co_await send_text(x.client, 405, std::string("Method Not Allowed\n"), !can_keep, x.status);
+    co_return co_await send_text(x.client, 405, std::string("Method Not Allowed\n"), !can_keep,
+                                 x.status);
   }
   std::filesystem::path p = std::filesystem::path(options_.www) / rel;
   for (const auto& part : std::filesystem::path(rel)) {
-    if (part == "..") co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep, x.status);
+    if (part == "..")
+      co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep,
+                                   x.status);
   }
   std::error_code fec;
   if (std::filesystem::is_directory(p, fec)) p /= "index.html";
   std::ifstream in(p, std::ios::binary);
   auto size = std::filesystem::file_size(p, fec);
   if (!in || fec) {
-    co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep, x.status);
+    co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep,
+                                 x.status);
   }
   x.status = 200;
   Headers hs{{"Content-Type", content_type_for(p.string())},

@@ -5,14 +5,15 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <spdlog/logger.h>
 #include <string>
 
 #include <asio/execution_context.hpp>
+#include <spdlog/logger.h>
 
 #include "core/io/asio_compat.h"
 #include "kubeproxy-http/byte_stream.h"
 #include "kubeproxy-http/kubeconfig.h"
+#include "kubeproxy-http/kubeproxy_metrics.h"
 #include "kubeproxy-http/kubeproxy_options.h"
 #include "kubeproxy-http/request_filter.h"
 #include "kubeproxy-http/upstream_dialer.h"
@@ -43,6 +44,8 @@ class Forwarder {
     std::atomic<uint64_t> pool_reuses{0};
   };
   const Stats& stats() const { return stats_; }
+  // Counts requests, statuses and response bytes there (may be null). Set before serving.
+  void set_metrics(KubeproxyMetrics* m) { metrics_ = m; }
 
  private:
   struct Idle {
@@ -72,6 +75,7 @@ class Forwarder {
   std::map<asio::execution_context*, IdleList> idle_;
   std::shared_ptr<spdlog::logger> log_;
   Stats stats_;
+  KubeproxyMetrics* metrics_ = nullptr;
 };
 
 }  // namespace konn::kubeproxy

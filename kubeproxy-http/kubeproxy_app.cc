@@ -1,15 +1,17 @@
 #include "kubeproxy-http/kubeproxy_app.h"
 
-#include <sys/stat.h>
-
+#include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <sys/stat.h>
 #include <variant>
 
 #include <asio/ssl.hpp>
 
+#include "core/admin/admin_server.h"
 #include "core/io/shutdown.h"
 #include "core/io/worker_pool.h"
+#include "core/konnectivity/dialer.h"
 #include "core/log/log_macros.h"
 #include "core/net/dialer.h"
 #include "core/net/endpoint.h"
@@ -25,8 +27,12 @@ struct KubeproxyApp::Impl {
   std::optional<RestConfig> rest;
   core::io::WorkerPool pool;
   asio::io_context main_ctx;
+  KubeproxyMetrics metrics;
+  std::unique_ptr<core::konnectivity::Dialer> konnectivity;
   std::unique_ptr<Forwarder> forwarder;
   std::unique_ptr<ConnectProxy> connect;
+  std::unique_ptr<core::admin::AdminServer> health;
+  std::atomic<bool> serving{false};
   std::shared_ptr<asio::ssl::context> listener_tls;
   std::shared_ptr<spdlog::logger> log = core::log::get("kubeproxy");
 
@@ -37,8 +43,12 @@ struct KubeproxyApp::Impl {
       std::vector<asio::execution_context*> contexts;
       for (size_t i = 0; i < pool.size(); ++i) contexts.push_back(&pool.at(i));
       forwarder = std::make_unique<Forwarder>(o, *rest, contexts);
+      forwarder->set_metrics(&metrics);
     } else {
-      connect = std::make_unique<ConnectProxy>(o);
+      if (o.konnectivity.enabled()) {
+        konnectivity = std::make_unique<core::konnectivity::Dialer>(o.konnectivity);
+      }
+      connect = std::make_unique<ConnectProxy>(o, konnectivity.get(), &metrics);
     }
     if (!o.tls_cert_file.empty()) {
       core::tls::ServerTlsConfig c;
@@ -82,8 +92,9 @@ struct KubeproxyApp::Impl {
     asio::steady_timer timer(tls->get_executor(), options.request_header_timeout.count() > 0
                                                       ? options.request_header_timeout
                                                       : std::chrono::hours(1));
-    auto r = co_await (tls->async_handshake(asio::ssl::stream_base::server, core::io::use_nothrow) ||
-                       timer.async_wait(core::io::use_nothrow));
+    auto r =
+        co_await (tls->async_handshake(asio::ssl::stream_base::server, core::io::use_nothrow) ||
+                  timer.async_wait(core::io::use_nothrow));
     if (r.index() == 1 || std::get<0>(std::get<0>(r))) {
       KONN_LOG(log, debug, "{}: TLS handshake failed", peer);
       co_return;
@@ -92,11 +103,41 @@ struct KubeproxyApp::Impl {
   }
 
   core::io::Awaitable<void> session(ByteStream s, std::string peer) {
+    metrics.connection_opened();
     if (forwarder) {
       co_await forwarder->serve(std::move(s), std::move(peer));
     } else {
       co_await connect->serve(std::move(s), std::move(peer));
     }
+    metrics.connection_closed();
+  }
+
+  void start_health() {
+    if (options.health_port < 0) return;
+    auto ok = [](const std::string&) { return core::admin::Response{200, "text/plain", "ok", {}}; };
+    auto scrape = [this](const std::string&) {
+      return core::admin::Response{
+          200, "text/plain; version=0.0.4; charset=utf-8", metrics.registry().serialize(), {}};
+    };
+    auto ready = [this](const std::string& query) {
+      std::vector<core::admin::Check> checks{{"listening", [this]() -> std::optional<std::string> {
+                                                if (serving.load()) return std::nullopt;
+                                                return "not serving (starting or shutting down)";
+                                              }}};
+      if (konnectivity) {
+        checks.push_back({"konnectivity", [this]() -> std::optional<std::string> {
+                            return konnectivity->probe(std::chrono::seconds(1));
+                          }});
+      }
+      return core::admin::readiness(checks, query.find("verbose") != std::string::npos);
+    };
+    health = std::make_unique<core::admin::AdminServer>("health", options.health_bind_address,
+                                                        static_cast<uint16_t>(options.health_port));
+    health->route("/healthz", ok);
+    health->route("/livez", ok);
+    health->route("/readyz", ready);
+    health->route("/metrics", scrape);
+    health->start();
   }
 
   template <typename Acceptor>
@@ -136,8 +177,9 @@ int KubeproxyApp::run() {
     im.log->info("forwarding to {} ({})", im.rest->server, im.rest->source);
   }
   if (o.disable_filter && o.unix_socket.empty()) {
-    im.log->warn("Request filter disabled, your proxy is vulnerable to XSRF attacks, please be "
-                 "cautious");
+    im.log->warn(
+        "Request filter disabled, your proxy is vulnerable to XSRF attacks, please be "
+        "cautious");
   }
   std::variant<std::monostate, asio::ip::tcp::acceptor, asio::local::stream_protocol::acceptor>
       acceptor;
@@ -156,9 +198,16 @@ int KubeproxyApp::run() {
     asio::co_spawn(im.main_ctx, im.accept_loop(a), asio::detached);
   }
   std::cout << "Starting to serve on " << bound << std::endl;
+  if (im.konnectivity) {
+    im.log->info("CONNECT goes through the Konnectivity proxy-server: {}",
+                 o.konnectivity.describe());
+  }
+  im.start_health();
+  im.serving = true;
   im.pool.start();
 
   auto stop_all = [&im, &acceptor](int) {
+    im.serving = false;
     std::visit(
         [](auto& a) {
           if constexpr (!std::is_same_v<std::decay_t<decltype(a)>, std::monostate>) {
@@ -174,6 +223,7 @@ int KubeproxyApp::run() {
   core::io::ShutdownSignals signals(im.main_ctx, stop_all, stop_all);
   im.main_ctx.run();
   im.pool.stop();
+  if (im.health) im.health->stop();
   if (!o.unix_socket.empty()) std::remove(o.unix_socket.c_str());
   return 0;
 }

@@ -32,15 +32,31 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
   f.add("address", &address, "The IP address on which to serve on.");
   f.add("unix-socket,u", &unix_socket, "Unix socket on which to run the proxy.");
   f.add("api-prefix", &api_prefix, "Prefix to serve the proxied API under.");
-  f.add("www,w", &www, "Also serve static files from the given directory under the specified prefix.");
-  f.add("www-prefix,P", &www_prefix, "Prefix to serve static files under, if static file directory is specified.");
-  f.add("accept-paths", &accept_paths, "Regular expression for paths that the proxy should accept. (default \"^.*\")");
-  f.add("reject-paths", &reject_paths, "Regular expression for paths that the proxy should reject. Paths specified here will be rejected even accepted by --accept-paths. (default \"^/api/.*/pods/.*/exec,^/api/.*/pods/.*/attach\")");
-  f.add("accept-hosts", &accept_hosts, "Regular expression for hosts that the proxy should accept. (default \"^localhost$,^127\\.0\\.0\\.1$,^\\[::1\\]$\")");
-  f.add("reject-methods", &reject_methods, "Regular expression for HTTP methods that the proxy should reject (example --reject-methods='POST,PUT,PATCH'). (default \"^$\")");
-  f.add("disable-filter", &disable_filter, "If true, disable request filtering in the proxy. This is dangerous, and can leave you vulnerable to XSRF attacks, when used with an accessible port.");
-  f.add("keepalive", &keepalive, "keepalive specifies the keep-alive period for an active network connection. Set to 0 to disable keepalive.");
-  f.add("append-server-path", &append_server_path, "If true, enables automatic path appending of the kube context server path to each request.");
+  f.add("www,w", &www,
+        "Also serve static files from the given directory under the specified prefix.");
+  f.add("www-prefix,P", &www_prefix,
+        "Prefix to serve static files under, if static file directory is specified.");
+  f.add("accept-paths", &accept_paths,
+        "Regular expression for paths that the proxy should accept. (default \"^.*\")");
+  f.add("reject-paths", &reject_paths,
+        "Regular expression for paths that the proxy should reject. Paths specified here will be "
+        "rejected even accepted by --accept-paths. (default "
+        "\"^/api/.*/pods/.*/exec,^/api/.*/pods/.*/attach\")");
+  f.add("accept-hosts", &accept_hosts,
+        "Regular expression for hosts that the proxy should accept. (default "
+        "\"^localhost$,^127\\.0\\.0\\.1$,^\\[::1\\]$\")");
+  f.add("reject-methods", &reject_methods,
+        "Regular expression for HTTP methods that the proxy should reject (example "
+        "--reject-methods='POST,PUT,PATCH'). (default \"^$\")");
+  f.add("disable-filter", &disable_filter,
+        "If true, disable request filtering in the proxy. This is dangerous, and can leave you "
+        "vulnerable to XSRF attacks, when used with an accessible port.");
+  f.add("keepalive", &keepalive,
+        "keepalive specifies the keep-alive period for an active network connection. Set to 0 to "
+        "disable keepalive.");
+  f.add(
+      "append-server-path", &append_server_path,
+      "If true, enables automatic path appending of the kube context server path to each request.");
 
   f.add("kubeconfig", &kube.kubeconfig, "Path to the kubeconfig file to use for CLI requests.");
   f.add("context", &kube.context, "The name of the kubeconfig context to use");
@@ -48,28 +64,62 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
   f.add("user", &kube.user, "The name of the kubeconfig user to use");
   f.add("server,s", &kube.server, "The address and port of the Kubernetes API server");
   f.add("token", &kube.token, "Bearer token for authentication to the API server");
-  f.add("certificate-authority", &kube.certificate_authority, "Path to a cert file for the certificate authority");
-  f.add("client-certificate", &kube.client_certificate, "Path to a client certificate file for TLS");
+  f.add("certificate-authority", &kube.certificate_authority,
+        "Path to a cert file for the certificate authority");
+  f.add("client-certificate", &kube.client_certificate,
+        "Path to a client certificate file for TLS");
   f.add("client-key", &kube.client_key, "Path to a client key file for TLS");
-  f.add("insecure-skip-tls-verify", &kube.insecure_skip_tls_verify, "If true, the server's certificate will not be checked for validity. This will make your HTTPS connections insecure");
-  f.add("tls-server-name", &kube.tls_server_name, "Server name to use for server certificate validation. If it is not provided, the hostname used to contact the server is used");
-  f.add("as", &kube.as, "Username to impersonate for the operation. User could be a regular user or a service account in a namespace.");
-  f.add("as-group", &kube.as_groups, "Group to impersonate for the operation, this flag can be repeated to specify multiple groups.");
+  f.add("insecure-skip-tls-verify", &kube.insecure_skip_tls_verify,
+        "If true, the server's certificate will not be checked for validity. This will make your "
+        "HTTPS connections insecure");
+  f.add("tls-server-name", &kube.tls_server_name,
+        "Server name to use for server certificate validation. If it is not provided, the hostname "
+        "used to contact the server is used");
+  f.add("as", &kube.as,
+        "Username to impersonate for the operation. User could be a regular user or a service "
+        "account in a namespace.");
+  f.add("as-group", &kube.as_groups,
+        "Group to impersonate for the operation, this flag can be repeated to specify multiple "
+        "groups.");
 
-  f.add("mode", &mode, "kubeproxy-http: \"proxy\" (kubectl proxy) or \"connect\" (HTTP CONNECT forward proxy for HTTPS_PROXY / proxy-url).");
-  f.add("allowed-destinations", &allowed_destinations, "kubeproxy-http, connect mode: regular expressions over host:port that CONNECT may reach (default: any).");
-  f.add("proxy-user", &proxy_user, "kubeproxy-http, connect mode: \"user:password\" callers must send as Proxy-Authorization: Basic (407 otherwise).");
-  f.add("dial-timeout", &dial_timeout, "kubeproxy-http: timeout for connecting to the apiserver or a CONNECT destination.");
-  f.add("request-header-timeout", &request_header_timeout, "kubeproxy-http: time a client has to send a complete request head (0 = none, as kubectl).");
-  f.add("max-header-bytes", &max_header_bytes, "kubeproxy-http: largest request head accepted; larger gets 431.");
-  f.add("strip-client-credentials", &strip_client_credentials, "kubeproxy-http: drop callers' Authorization and Impersonate-* headers (kubectl passes them through).");
-  f.add("require-token", &require_token, "kubeproxy-http: callers must send \"Authorization: Bearer <token>\" (401 otherwise); the header is then replaced by the kubeconfig credential.");
-  f.add("tls-cert-file", &tls_cert_file, "kubeproxy-http: serve TLS on the listener with this certificate.");
+  f.add("mode", &mode,
+        "kubeproxy-http: \"proxy\" (kubectl proxy) or \"connect\" (HTTP CONNECT forward proxy for "
+        "HTTPS_PROXY / proxy-url).");
+  f.add("allowed-destinations", &allowed_destinations,
+        "kubeproxy-http, connect mode: regular expressions over host:port that CONNECT may reach "
+        "(default: any).");
+  f.add("proxy-user", &proxy_user,
+        "kubeproxy-http, connect mode: \"user:password\" callers must send as Proxy-Authorization: "
+        "Basic (407 otherwise).");
+  f.add("dial-timeout", &dial_timeout,
+        "kubeproxy-http: timeout for connecting to the apiserver or a CONNECT destination.");
+  f.add(
+      "request-header-timeout", &request_header_timeout,
+      "kubeproxy-http: time a client has to send a complete request head (0 = none, as kubectl).");
+  f.add("max-header-bytes", &max_header_bytes,
+        "kubeproxy-http: largest request head accepted; larger gets 431.");
+  f.add("strip-client-credentials", &strip_client_credentials,
+        "kubeproxy-http: drop callers' Authorization and Impersonate-* headers (kubectl passes "
+        "them through).");
+  f.add("require-token", &require_token,
+        "kubeproxy-http: callers must send \"Authorization: Bearer <token>\" (401 otherwise); the "
+        "header is then replaced by the kubeconfig credential.");
+  f.add("tls-cert-file", &tls_cert_file,
+        "kubeproxy-http: serve TLS on the listener with this certificate.");
   f.add("tls-private-key-file", &tls_key_file, "kubeproxy-http: key of --tls-cert-file.");
-  f.add("client-ca-file", &client_ca_file, "kubeproxy-http: callers must present a client certificate signed by this CA (requires --tls-cert-file).");
+  f.add("client-ca-file", &client_ca_file,
+        "kubeproxy-http: callers must present a client certificate signed by this CA (requires "
+        "--tls-cert-file).");
   f.add("access-log", &access_log, "kubeproxy-http: log one line per request.");
   f.add("workers", &workers, "kubeproxy-http: I/O threads (0 = one per core).");
-  f.add("log-level", &log_level, "kubeproxy-http: trace, debug, info, warn, error, or a klog number.");
+  f.add("log-level", &log_level,
+        "kubeproxy-http: trace, debug, info, warn, error, or a klog number.");
+  f.add("health-port", &health_port,
+        "kubeproxy-http: port of the /healthz, /readyz and /metrics listener (0: any free port, "
+        "-1: none).");
+  f.add("health-bind-address", &health_bind_address,
+        "kubeproxy-http: bind address of the health listener (empty: every interface).");
+  konnectivity.register_flags(f);
 }
 
 std::vector<std::string> KubeproxyOptions::validate(bool port_set) const {
@@ -92,6 +142,13 @@ std::vector<std::string> KubeproxyOptions::validate(bool port_set) const {
   }
   if (max_header_bytes < 1024) errors.push_back("--max-header-bytes: must be at least 1024");
   if (workers < 0) errors.push_back("--workers: must not be negative");
+  if (health_port < -1 || health_port > 65535) {
+    errors.push_back("--health-port: must be between -1 and 65535");
+  }
+  konnectivity.validate(errors);
+  if (konnectivity.enabled() && mode != "connect") {
+    errors.push_back("--konnectivity-address: only with --mode=connect");
+  }
   if (api_prefix.empty() || api_prefix.front() != '/') {
     errors.push_back("--api-prefix: must start with /");
   }
@@ -109,11 +166,14 @@ void KubeproxyOptions::print(spdlog::logger& log) const {
   log.info("accept-paths={} reject-paths={} accept-hosts={} reject-methods={} disable-filter={}",
            join(accept_paths), join(reject_paths), join(accept_hosts), join(reject_methods),
            disable_filter);
-  log.info("request-header-timeout={} max-header-bytes={} strip-client-credentials={} "
-           "access-log={} workers={} allowed-destinations={} proxy-user={}",
-           core::config::format_go_duration(request_header_timeout), max_header_bytes,
-           strip_client_credentials, access_log, workers, join(allowed_destinations),
-           proxy_user.empty() ? "(none)" : "(set)");
+  log.info(
+      "request-header-timeout={} max-header-bytes={} strip-client-credentials={} "
+      "access-log={} workers={} allowed-destinations={} proxy-user={}",
+      core::config::format_go_duration(request_header_timeout), max_header_bytes,
+      strip_client_credentials, access_log, workers, join(allowed_destinations),
+      proxy_user.empty() ? "(none)" : "(set)");
+  log.info("health-port={} health-bind-address={} konnectivity: {}", health_port,
+           health_bind_address, konnectivity.describe());
 }
 
 }  // namespace konn::kubeproxy

@@ -8,6 +8,7 @@
 
 #include "core/config/duration.h"
 #include "core/config/flag_parser.h"
+#include "core/konnectivity/upstream_options.h"
 #include "kubeproxy-http/kubeconfig.h"
 
 namespace konn::kubeproxy {
@@ -35,20 +36,25 @@ struct KubeproxyOptions {
   KubeconfigOverrides kube;
 
   // kubeproxy-http
-  std::string mode = "proxy";                        // "proxy" (kubectl proxy) or "connect"
-  std::vector<std::string> allowed_destinations;     // connect: host:port regexes; empty = any
-  std::string proxy_user;                            // connect: "user:password" required
+  std::string mode = "proxy";                     // "proxy" (kubectl proxy) or "connect"
+  std::vector<std::string> allowed_destinations;  // connect: host:port regexes; empty = any
+  std::string proxy_user;                         // connect: "user:password" required
   core::config::Duration dial_timeout = std::chrono::seconds(30);
   core::config::Duration request_header_timeout = std::chrono::seconds(30);  // slowloris guard
-  int64_t max_header_bytes = 1 << 20;                // request head limit, 431 beyond
-  bool strip_client_credentials = false;             // drop callers' Authorization/Impersonate-*
-  std::string require_token;                         // callers must send "Bearer <this>"
-  std::string tls_cert_file;                         // TLS on the listener
+  int64_t max_header_bytes = 1 << 20;     // request head limit, 431 beyond
+  bool strip_client_credentials = false;  // drop callers' Authorization/Impersonate-*
+  std::string require_token;              // callers must send "Bearer <this>"
+  std::string tls_cert_file;              // TLS on the listener
   std::string tls_key_file;
-  std::string client_ca_file;                        // callers must present a cert signed by it
+  std::string client_ca_file;  // callers must present a cert signed by it
   bool access_log = false;
-  int workers = 0;                                   // I/O threads; 0 = one per core
+  int workers = 0;  // I/O threads; 0 = one per core
   std::string log_level = "info";
+  // Health and metrics listener (/healthz, /readyz, /metrics); 0: any free port, -1: none.
+  int health_port = 8097;
+  std::string health_bind_address;  // "" = every interface
+  // connect mode: dial CONNECT destinations through a Konnectivity proxy-server.
+  core::konnectivity::UpstreamOptions konnectivity;
 
   void register_flags(core::config::FlagParser& flags);
   // Every problem at once, each naming its flag. `port_set` tells whether --port was given.

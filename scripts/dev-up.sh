@@ -5,9 +5,12 @@
 #     demo-origin     127.0.0.1:18080   a tiny HTTP server standing in for a node or webhook
 #     proxy-server    frontend unix:.run/konn.sock (grpc mode), agents on 127.0.0.1:8091 (mTLS)
 #     proxy-agent     connected to the server, dialing what it is asked to
-#     socks5          127.0.0.1:1080    SOCKS5 (no auth on loopback)
+#     socks5          127.0.0.1:1080    SOCKS5 (no auth on loopback); every CONNECT goes through
+#                                       the proxy-server's gRPC socket (--konnectivity-*), so it
+#                                       reaches what the agent reaches; health/metrics on :8096
 #     kubeproxy-http  127.0.0.1:8001    kubectl-proxy style, in front of your current kubeconfig
-#                                       context, or else of a local fake apiserver (TLS, token)
+#                                       context, or else of a local fake apiserver (TLS, token);
+#                                       health/metrics on :8097
 #   then prints what to try. Logs and pids go to .run/. Stop everything with: scripts/dev-up.sh stop
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,8 +80,11 @@ start proxy-agent "$bin/proxy-agent" --proxy-server-host=127.0.0.1 --proxy-serve
   --agent-id=dev-agent --agent-identifiers="host=localhost&ipv4=127.0.0.1"
 wait_for_log proxy-server "agent connected"
 
-start socks5 "$bin/socks5" --bind-address=127.0.0.1 --port=1080
-wait_for_log socks5 "listening"
+# The gRPC frontend socket the proxy-server already serves (kube-apiserver's GRPC egress): socks5
+# opens one Proxy stream per CONNECT on one shared connection.
+start socks5 "$bin/socks5" --bind-address=127.0.0.1 --port=1080 \
+  --konnectivity-address="unix:$run/konn.sock" --konnectivity-mode=grpc
+wait_for_log socks5 "health listening"
 
 kube_args=(--port=8001)
 if kubectl config current-context >/dev/null 2>&1; then
@@ -117,8 +123,12 @@ konn is up (logs in .run/logs, stop with: scripts/dev-up.sh stop)
     printf 'GET /piped HTTP/1.0\\r\\n\\r\\n' | $bin/proxy-test-client --proxy-uds=$run/konn.sock \\
         --request-host=127.0.0.1 --request-port=18080 --pipe
 
-  Through SOCKS5, names resolved by the proxy (what HTTPS_PROXY=socks5h://... does):
+  Through SOCKS5 and the tunnel (curl -> socks5 -> proxy-server -> agent -> demo-origin; the name
+  goes unresolved to the agent, as HTTPS_PROXY=socks5h://... does):
     curl --socks5-hostname 127.0.0.1:1080 http://localhost:18080/socks
+
+  socks5's counters (sessions, replies by code, bytes, dial failures by reason):
+    curl -s http://127.0.0.1:8096/metrics | grep ^konn_socks5
 
   kubectl proxy, the konn way ($kube_note):
     curl http://127.0.0.1:8001/api/

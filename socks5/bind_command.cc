@@ -15,8 +15,8 @@ using asio::ip::tcp;
 using codec::ReplyCode;
 
 core::io::Awaitable<void> handle_bind(tcp::socket& client, const codec::Request& req,
-                                std::vector<uint8_t> early, SessionEnv env, SessionInfo& info,
-                                SessionHandle& handle) {
+                                      std::vector<uint8_t> early, SessionEnv env, SessionInfo& info,
+                                      SessionHandle& handle) {
   auto ex = co_await asio::this_coro::executor;
   const auto& dst = req.destination;
   // The expected peer: an IP literal is checked against the rules and the accepted peer; a name
@@ -78,8 +78,7 @@ core::io::Awaitable<void> handle_bind(tcp::socket& client, const codec::Request&
     client.close(ignored);
     peer.close(ignored);
   };
-  if (!co_await send_reply(client, info, ReplyCode::Succeeded, peer_ep.address(),
-                           peer_ep.port())) {
+  if (!co_await send_reply(client, info, ReplyCode::Succeeded, peer_ep.address(), peer_ep.port())) {
     info.reason = "client gone before second reply";
     co_return;
   }

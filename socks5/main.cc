@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   }
   auto errors = parsed.errors;
   for (auto& e : options.validate()) errors.push_back(e);
-  if (!konn::core::log::set_level(options.log_level)) errors.push_back("--log-level: unknown level");
+  if (!konn::core::log::set_level(options.log_level))
+    errors.push_back("--log-level: unknown level");
   if (parsed.check_config) return konn::core::config::finish_check_config("socks5", errors);
   if (!errors.empty()) {
     for (const auto& e : errors) std::fprintf(stderr, "socks5: %s\n", e.c_str());

@@ -70,7 +70,8 @@ bool Cidr::contains(const asio::ip::address& addr) const {
 bool glob_match(std::string_view pattern, std::string_view text) {
   size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
   auto eq = [](char a, char b) {
-    return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
   };
   while (t < text.size()) {
     if (p < pattern.size() && (pattern[p] == '?' || eq(pattern[p], text[t]))) {
@@ -152,10 +153,12 @@ Decision RuleSet::decide(const RuleQuery& q) const {
     bool match =
         any(r.from, [&](const Cidr& c) { return c.contains(q.client); }) &&
         any(r.users, [&](const std::string& u) { return u == q.user; }) &&
+        (r.to.empty() || !q.dest_unresolved) &&
         any(r.to, [&](const Cidr& c) { return c.contains(q.dest); }) &&
-        any(r.hosts, [&](const std::string& g) {
-          return glob_match(g, q.host.empty() ? unmap(q.dest).to_string() : q.host);
-        }) &&
+        any(r.hosts,
+            [&](const std::string& g) {
+              return glob_match(g, q.host.empty() ? unmap(q.dest).to_string() : q.host);
+            }) &&
         any(r.ports, [&](const auto& pr) { return q.port >= pr.first && q.port <= pr.second; }) &&
         any(r.commands, [&](const std::string& c) { return c == q.command; });
     if (match) return {r.allow, static_cast<int>(i), r.text};

@@ -42,11 +42,14 @@ struct Rule {
 // What a decision is made about.
 struct RuleQuery {
   asio::ip::address client;
-  std::string user;          // "" without authentication
-  std::string host;          // the name sent by the client, or "" for an IP request
-  asio::ip::address dest;    // the (resolved) destination address
+  std::string user;        // "" without authentication
+  std::string host;        // the name sent by the client, or "" for an IP request
+  asio::ip::address dest;  // the (resolved) destination address
   uint16_t port = 0;
-  std::string command;       // "connect", "bind", "udp"
+  std::string command;  // "connect", "bind", "udp"
+  // The name goes unresolved to a Konnectivity agent: `dest` is unknown, and a rule with `to=`
+  // never matches (only host= and the other fields can decide).
+  bool dest_unresolved = false;
 };
 
 struct Decision {

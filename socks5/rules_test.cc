@@ -73,3 +73,21 @@ TEST_CASE("rule syntax errors are reported", "[rules]") {
   CHECK_FALSE(Rule::parse("deny cmd=ping", &r).empty());
   CHECK(Rule::parse("deny", &r).empty());
 }
+
+TEST_CASE("rules: to= never matches a name sent unresolved", "[socks5][rules]") {
+  std::vector<Rule> rules(2);
+  REQUIRE(Rule::parse("deny to=10.0.0.0/8", &rules[0]).empty());
+  REQUIRE(Rule::parse("allow host=*.svc.cluster.local", &rules[1]).empty());
+  RuleSet set(std::move(rules), false);
+  RuleQuery q;
+  q.client = asio::ip::make_address("127.0.0.1");
+  q.host = "api.default.svc.cluster.local";
+  q.port = 443;
+  q.command = "connect";
+  q.dest_unresolved = true;
+  auto d = set.decide(q);
+  CHECK(d.allow);
+  CHECK(d.rule_index == 1);
+  q.host = "example.com";
+  CHECK_FALSE(set.decide(q).allow);  // the default policy (deny) decides
+}

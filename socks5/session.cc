@@ -7,6 +7,7 @@
 
 #include "core/log/log_macros.h"
 #include "core/net/dialer.h"
+#include "core/net/endpoint.h"
 #include "socks5/codec/auth.h"
 #include "socks5/codec/greeting.h"
 #include "socks5/session_internal.h"
@@ -33,8 +34,8 @@ constexpr size_t kReadChunk = 2048;
 core::io::Awaitable<bool> read_more(tcp::socket& s, std::vector<uint8_t>& buf) {
   size_t old = buf.size();
   buf.resize(old + kReadChunk);
-  auto [ec, n] = co_await s.async_read_some(asio::buffer(buf.data() + old, kReadChunk),
-                                            core::io::use_nothrow);
+  auto [ec, n] =
+      co_await s.async_read_some(asio::buffer(buf.data() + old, kReadChunk), core::io::use_nothrow);
   buf.resize(old + n);
   co_return !ec || n > 0;
 }
@@ -52,8 +53,9 @@ void consume(std::vector<uint8_t>& buf, size_t n) {
 // Greeting, authentication and request. Answers every malformed message as the RFCs say and
 // returns nullopt when the session must end (`info.reason` says why).
 core::io::Awaitable<std::optional<codec::Request>> handshake(tcp::socket& client,
-                                                      std::vector<uint8_t>& buf,
-                                                      const SessionEnv& env, SessionInfo& info) {
+                                                             std::vector<uint8_t>& buf,
+                                                             const SessionEnv& env,
+                                                             SessionInfo& info) {
   codec::GreetingParse g;
   while ((g = codec::parse_greeting(buf)).status == ParseStatus::NeedMore) {
     if (!co_await read_more(client, buf)) {
@@ -104,8 +106,8 @@ core::io::Awaitable<std::optional<codec::Request>> handshake(tcp::socket& client
     std::vector<uint8_t> st_bytes(st.begin(), st.end());
     bool written = co_await detail::write_all(client, st_bytes);
     if (!ok) {
-      info.reason = a.status == ParseStatus::Complete ? "authentication failed"
-                                                      : "malformed authentication";
+      info.reason =
+          a.status == ParseStatus::Complete ? "authentication failed" : "malformed authentication";
       KONN_CONN_LOG(logger(), warn, info, "{} for user {:?} from {}", info.reason, info.user,
                     info.client.address().to_string());
       co_return std::nullopt;
@@ -137,6 +139,25 @@ core::io::Awaitable<std::optional<codec::Request>> handshake(tcp::socket& client
   co_return r.value;
 }
 
+// The dial_failures_total reason of a failed direct connect.
+std::string direct_failure_reason(ReplyCode code, const std::string& reason) {
+  if (reason.rfind("resolve ", 0) == 0) return "resolve";
+  switch (code) {
+    case ReplyCode::NotAllowed:
+      return "denied";
+    case ReplyCode::ConnectionRefused:
+      return "refused";
+    case ReplyCode::NetworkUnreachable:
+      return "net_unreachable";
+    case ReplyCode::HostUnreachable:
+      return "host_unreachable";
+    case ReplyCode::TtlExpired:
+      return "timeout";
+    default:
+      return "other";
+  }
+}
+
 struct ConnectOutcome {
   tcp::socket socket;
   ReplyCode code = ReplyCode::GeneralFailure;
@@ -145,8 +166,9 @@ struct ConnectOutcome {
 
 // Resolves (names, through c-ares), applies the rules to each address, and connects to the
 // first allowed address that accepts.
-core::io::Awaitable<ConnectOutcome> connect_destination(const codec::Address& dst, const SessionEnv& env,
-                                                  const SessionInfo& info) {
+core::io::Awaitable<ConnectOutcome> connect_destination(const codec::Address& dst,
+                                                        const SessionEnv& env,
+                                                        const SessionInfo& info) {
   auto ex = co_await asio::this_coro::executor;
   ConnectOutcome out{tcp::socket(ex), ReplyCode::GeneralFailure, {}};
   std::vector<asio::ip::address> addresses;
@@ -199,8 +221,9 @@ core::io::Awaitable<bool> write_all(tcp::socket& s, const std::vector<uint8_t>& 
 }
 
 core::io::Awaitable<bool> send_reply(tcp::socket& s, SessionInfo& info, ReplyCode code,
-                               asio::ip::address bound, uint16_t port) {
+                                     asio::ip::address bound, uint16_t port) {
   info.reply = codec::to_string(code);
+  if (info.metrics != nullptr) info.metrics->reply(static_cast<uint8_t>(code));
   // Exception: a named local, not a temporary, crosses the co_await (g++ 12 destroys
   // temporaries of a co_await full-expression twice).
   std::vector<uint8_t> bytes = code == ReplyCode::Succeeded ? codec::encode_reply(code, bound, port)
@@ -210,15 +233,22 @@ core::io::Awaitable<bool> send_reply(tcp::socket& s, SessionInfo& info, ReplyCod
 }
 
 bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& command,
-             const std::string& host, const asio::ip::address& dest, uint16_t port) {
-  RuleQuery q{unmap(info.client.address()), info.user == "-" ? "" : info.user, host, dest, port,
-              command};
+             const std::string& host, const asio::ip::address& dest, uint16_t port,
+             bool dest_unresolved) {
+  RuleQuery q{unmap(info.client.address()),
+              info.user == "-" ? "" : info.user,
+              host,
+              dest,
+              port,
+              command,
+              dest_unresolved};
   auto d = env.options.rule_set.decide(q);
   if (!d.allow) {
-    KONN_CONN_LOG(logger(), warn, info,
-                  "denied {} to {} port {} for client {} user {} by {} {:?}", command,
-                  host.empty() ? unmap(dest).to_string()
-                               : host + " (" + unmap(dest).to_string() + ")",
+    KONN_CONN_LOG(logger(), warn, info, "denied {} to {} port {} for client {} user {} by {} {:?}",
+                  command,
+                  host.empty()      ? unmap(dest).to_string()
+                  : dest_unresolved ? host + " (unresolved)"
+                                    : host + " (" + unmap(dest).to_string() + ")",
                   port, unmap(info.client.address()).to_string(), info.user,
                   d.rule_index < 0 ? std::string("policy") : "rule " + std::to_string(d.rule_index),
                   d.rule_text);
@@ -226,21 +256,118 @@ bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& 
   return d.allow;
 }
 
+ReplyCode reply_for_dial_failure(core::konnectivity::DialFailure f) {
+  using core::konnectivity::DialFailure;
+  switch (f) {
+    case DialFailure::None:
+      return ReplyCode::Succeeded;
+    case DialFailure::Refused:
+      return ReplyCode::ConnectionRefused;
+    case DialFailure::NetUnreachable:
+      return ReplyCode::NetworkUnreachable;
+    case DialFailure::HostUnreachable:
+      return ReplyCode::HostUnreachable;
+    case DialFailure::Timeout:
+      return ReplyCode::TtlExpired;
+    // No agent serves that destination: from the client's side the host cannot be reached.
+    case DialFailure::NoAgent:
+      return ReplyCode::HostUnreachable;
+    case DialFailure::ProxyUnavailable:
+    case DialFailure::Other:
+      return ReplyCode::GeneralFailure;
+  }
+  return ReplyCode::GeneralFailure;
+}
+
+namespace {
+
+// CONNECT through the Konnectivity upstream: rules, dial (a name is sent unresolved, so the agent
+// resolves it in the cluster), reply, relay.
+core::io::Awaitable<void> connect_through_konnectivity(tcp::socket& client,
+                                                       const codec::Request& req,
+                                                       std::vector<uint8_t> early, SessionEnv env,
+                                                       SessionInfo& info, SessionHandle& handle) {
+  const auto& dst = req.destination;
+  bool permitted =
+      dst.is_domain ? allowed(env, info, "connect", dst.host, asio::ip::address(), dst.port, true)
+                    : allowed(env, info, "connect", "", dst.ip, dst.port);
+  if (!permitted) {
+    info.reason = "denied by rule";
+    if (env.metrics != nullptr) env.metrics->dial_failure("konnectivity", "denied");
+    co_await send_reply(client, info, ReplyCode::NotAllowed);
+    co_return;
+  }
+  std::string address =
+      core::net::HostPort{dst.is_domain ? dst.host : unmap(dst.ip).to_string(), dst.port}
+          .to_string();
+  auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(env.options.connect_timeout);
+  auto r = co_await env.konnectivity->dial(address, timeout);
+  if (!r.tunnel) {
+    info.reason = std::string("konnectivity: ") + r.error.text;
+    if (env.metrics != nullptr) {
+      env.metrics->dial_failure("konnectivity", core::konnectivity::to_string(r.error.failure));
+    }
+    co_await send_reply(client, info, reply_for_dial_failure(r.error.failure));
+    co_return;
+  }
+  auto& tunnel = *r.tunnel;
+  handle.close = [&client, &tunnel] {
+    std::error_code ignored;
+    client.close(ignored);
+    tunnel.close(ignored);
+  };
+  // The agent's outbound address is not carried by the protocol: BND is 0.0.0.0:0.
+  if (!co_await send_reply(client, info, ReplyCode::Succeeded, asio::ip::address_v4::any(), 0)) {
+    info.reason = "client gone before reply";
+    co_return;
+  }
+  if (!early.empty()) {
+    auto [ec, n] = co_await asio::async_write(tunnel, asio::buffer(early), core::io::use_nothrow);
+    if (ec) {
+      info.reason = "upstream write failed";
+      co_return;
+    }
+    info.bytes_up += early.size();
+  }
+  early = {};
+  if (!tunnel.early_bytes().empty()) {
+    // Destination bytes that came with the proxy-server's 200 (a server that speaks first).
+    std::string first = std::move(tunnel.early_bytes());
+    auto [ec, n] = co_await asio::async_write(client, asio::buffer(first), core::io::use_nothrow);
+    if (ec) {
+      info.reason = "client write failed";
+      co_return;
+    }
+    info.bytes_down += first.size();
+  }
+  co_await relay_tunnel(client, tunnel, env.options, info);
+  handle.close = nullptr;
+}
+
+}  // namespace
+
 core::io::Awaitable<void> handle_connect(tcp::socket& client, const codec::Request& req,
-                                   std::vector<uint8_t> early, SessionEnv env, SessionInfo& info,
-                                   SessionHandle& handle) {
+                                         std::vector<uint8_t> early, SessionEnv env,
+                                         SessionInfo& info, SessionHandle& handle) {
+  if (env.konnectivity != nullptr) {
+    co_await connect_through_konnectivity(client, req, std::move(early), env, info, handle);
+    co_return;
+  }
   auto ex = co_await asio::this_coro::executor;
   asio::steady_timer deadline(ex, env.options.connect_timeout);
   auto result = co_await (connect_destination(req.destination, env, info) ||
                           deadline.async_wait(core::io::use_nothrow));
   if (result.index() == 1) {
     info.reason = "connect timeout";
+    if (env.metrics != nullptr) env.metrics->dial_failure("direct", "timeout");
     co_await send_reply(client, info, ReplyCode::TtlExpired);
     co_return;
   }
   auto outcome = std::get<0>(std::move(result));
   if (outcome.code != ReplyCode::Succeeded) {
     info.reason = outcome.reason;
+    if (env.metrics != nullptr)
+      env.metrics->dial_failure("direct", direct_failure_reason(outcome.code, outcome.reason));
     co_await send_reply(client, info, outcome.code);
     co_return;
   }
@@ -254,7 +381,8 @@ core::io::Awaitable<void> handle_connect(tcp::socket& client, const codec::Reque
   auto bound = upstream.local_endpoint(ec);
   // The success reply is sent only now, after the destination accepted, with the address the
   // destination sees us as (what the RFC asks and `ssh -D` does not do).
-  if (ec || !co_await send_reply(client, info, ReplyCode::Succeeded, bound.address(), bound.port())) {
+  if (ec ||
+      !co_await send_reply(client, info, ReplyCode::Succeeded, bound.address(), bound.port())) {
     info.reason = "client gone before reply";
     co_return;
   }
@@ -273,9 +401,11 @@ core::io::Awaitable<void> handle_connect(tcp::socket& client, const codec::Reque
 }  // namespace detail
 
 core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
-                                std::unique_ptr<SessionRegistry::Slot> slot) {
+                                      std::unique_ptr<SessionRegistry::Slot> slot) {
   SessionInfo info;
   info.id = slot->id();
+  info.metrics = env.metrics;
+  if (env.metrics != nullptr) env.metrics->session_opened();
   std::error_code ec;
   info.client = client.remote_endpoint(ec);
   core::net::set_nodelay(client);
@@ -289,7 +419,8 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
   std::vector<uint8_t> buf;
   buf.reserve(kReadChunk);
   asio::steady_timer deadline(ex, env.options.handshake_timeout);
-  auto hs = co_await (handshake(client, buf, env, info) || deadline.async_wait(core::io::use_nothrow));
+  auto hs =
+      co_await (handshake(client, buf, env, info) || deadline.async_wait(core::io::use_nothrow));
   std::optional<codec::Request> req;
   if (hs.index() == 1) {
     info.reason = "handshake timeout";
@@ -299,6 +430,17 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
   if (req) {
     info.command = codec::to_string(req->command);
     info.destination = req->destination.to_string();
+    if (env.metrics != nullptr) env.metrics->request(info.command);
+    if (env.konnectivity != nullptr && req->command != codec::Command::Connect) {
+      // Konnectivity carries TCP streams to a destination only: no listening socket on the
+      // agent's side (BIND) and no datagrams (UDP ASSOCIATE).
+      info.reason = std::string(codec::to_string(req->command)) +
+                    " is not possible through the Konnectivity upstream";
+      co_await detail::send_reply(client, info, ReplyCode::CommandNotSupported);
+      req.reset();
+    }
+  }
+  if (req) {
     switch (req->command) {
       case codec::Command::Connect:
         co_await detail::handle_connect(client, *req, std::move(buf), env, info, handle);
@@ -323,8 +465,9 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
   }
   handle.close = nullptr;
   client.close(ec);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - info.start)
+  if (env.metrics != nullptr) env.metrics->session_closed(info.bytes_up, info.bytes_down);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  info.start)
                 .count();
   KONN_CONN_LOG(logger(), info, info,
                 "close client={} user={} cmd={} dst={} reply={} up={} down={} duration={}ms "

@@ -12,7 +12,9 @@
 #include <asio/ip/tcp.hpp>
 
 #include "core/io/asio_compat.h"
+#include "core/konnectivity/dialer.h"
 #include "core/net/resolver.h"
+#include "socks5/socks5_metrics.h"
 #include "socks5/socks5_options.h"
 #include "socks5/user_db.h"
 
@@ -25,11 +27,12 @@ struct SessionInfo {
   std::string user = "-";
   std::string command = "-";
   std::string destination = "-";
-  std::string reply = "-";       // the REP we sent, by name
-  std::string reason = "done";   // why it ended
-  uint64_t bytes_up = 0;         // client → destination
-  uint64_t bytes_down = 0;       // destination → client
+  std::string reply = "-";      // the REP we sent, by name
+  std::string reason = "done";  // why it ended
+  uint64_t bytes_up = 0;        // client → destination
+  uint64_t bytes_down = 0;      // destination → client
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  Socks5Metrics* metrics = nullptr;  // counts each reply sent; may be null
 
   std::string log_prefix() const { return "[S" + std::to_string(id) + "] "; }
 };
@@ -90,17 +93,20 @@ class SessionRegistry::Slot {
 // What a session needs from the server; all of it outlives every session.
 struct SessionEnv {
   const Socks5Options& options;
-  UserDb* users;  // nullptr: no authentication (method 00)
+  UserDb* users;                  // nullptr: no authentication (method 00)
   core::net::Resolver& resolver;  // the one of this session's io_context
   // Where password hashes are checked: crypt(3) SHA-512 takes milliseconds of CPU, which must
   // not stall the other sessions of this session's thread.
   asio::any_io_executor auth_executor;
+  // --konnectivity-*: CONNECT goes through this proxy-server (null: dial directly).
+  core::konnectivity::Dialer* konnectivity = nullptr;
+  Socks5Metrics* metrics = nullptr;  // may be null (unit tests)
 };
 
 // One client connection, from greeting to close: greet → auth → request → dial → reply →
 // relay, written as straight-line code (the position in the coroutine is the state). Logs one
 // close line. Runs on the client socket's executor.
 core::io::Awaitable<void> run_session(asio::ip::tcp::socket client, SessionEnv env,
-                                std::unique_ptr<SessionRegistry::Slot> slot);
+                                      std::unique_ptr<SessionRegistry::Slot> slot);
 
 }  // namespace konn::socks5

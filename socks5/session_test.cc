@@ -1,8 +1,7 @@
 #include "socks5/session.h"
 
-#include <poll.h>
-
 #include <future>
+#include <poll.h>
 #include <thread>
 
 #include <asio/read.hpp>
@@ -86,9 +85,7 @@ class EchoServer {
 struct Client {
   asio::io_context ctx;
   tcp::socket s{ctx};
-  explicit Client(tcp::endpoint ep) {
-    s.connect(ep);
-  }
+  explicit Client(tcp::endpoint ep) { s.connect(ep); }
   void send(const Bytes& b) { asio::write(s, asio::buffer(b)); }
   // Reads exactly n bytes, or fewer on EOF/error or after 5 s without progress (poll: Asio's
   // synchronous reads ignore SO_RCVTIMEO).
@@ -117,12 +114,22 @@ struct Client {
 };
 
 Bytes connect_ipv4(uint16_t port) {
-  return {0x05, 0x01, 0x00, 0x01, 127, 0, 0, 1, static_cast<uint8_t>(port >> 8),
+  return {0x05,
+          0x01,
+          0x00,
+          0x01,
+          127,
+          0,
+          0,
+          1,
+          static_cast<uint8_t>(port >> 8),
           static_cast<uint8_t>(port & 0xFF)};
 }
 
 // Method selection 00, then a failure reply with `code` and 0.0.0.0:0.
-Bytes failed_request(uint8_t code) { return {0x05, 0x00, 0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0}; }
+Bytes failed_request(uint8_t code) {
+  return {0x05, 0x00, 0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0};
+}
 
 uint16_t reply_port(const Bytes& r) { return static_cast<uint16_t>(r[8] << 8 | r[9]); }
 
@@ -130,6 +137,8 @@ konn::socks5::Socks5Options defaults() {
   konn::socks5::Socks5Options o;
   o.handshake_timeout = 2s;
   o.connect_timeout = 2s;
+  o.health_port = 0;  // any free port: tests run in parallel
+  o.health_bind_address = "127.0.0.1";
   return o;
 }
 
@@ -192,9 +201,11 @@ TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffe
       {"zero methods", {0x05, 0x00}, {0x05, 0xFF}},
       {"unknown method only", {0x05, 0x01, 0x80}, {0x05, 0xFF}},
       {"bad ATYP", {0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x09, 1, 2}, failed_request(0x08)},
-      {"zero-length name", {0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x03, 0x00, 0x00, 0x50},
+      {"zero-length name",
+       {0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x03, 0x00, 0x00, 0x50},
        failed_request(0x01)},
-      {"unknown command", {0x05, 0x01, 0x00, 0x05, 0x09, 0x00, 0x01, 127, 0, 0, 1, 0, 80},
+      {"unknown command",
+       {0x05, 0x01, 0x00, 0x05, 0x09, 0x00, 0x01, 127, 0, 0, 1, 0, 80},
        failed_request(0x07)},
       {"request with wrong version", {0x05, 0x01, 0x00, 0x04, 0x01, 0x00, 0x01}, {0x05, 0x00}},
   };
@@ -203,7 +214,8 @@ TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffe
     Client c(server.endpoint());
     c.send(tc.send);
     auto got = c.recv(tc.expect.size());
-    CHECK(Bytes(got.begin(), got.begin() + static_cast<long>(std::min(got.size(), tc.expect.size()))) == tc.expect);
+    CHECK(Bytes(got.begin(), got.begin() + static_cast<long>(std::min(
+                                               got.size(), tc.expect.size()))) == tc.expect);
     CHECK(c.closed());
   }
   SECTION("truncated request then EOF") {

@@ -25,6 +25,9 @@ Socks5App::Socks5App(const Socks5Options& options)
       registry_(options.max_sessions, options.max_sessions_per_client),
       pool_(static_cast<unsigned>(options.workers)),
       drain_timer_(main_) {
+  if (options_.konnectivity.enabled()) {
+    konnectivity_ = std::make_unique<core::konnectivity::Dialer>(options_.konnectivity);
+  }
   if (!options_.users_file.empty()) {
     users_ = std::make_unique<UserDb>(options_.users_file);
     auto err = users_->load();
@@ -62,7 +65,8 @@ void Socks5App::open_listeners() {
     if (!ec) a->bind(ep, ec);
     if (!ec) a->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
-      throw std::system_error(ec, "listen on " + options_.bind_address + ":" + std::to_string(ep.port()));
+      throw std::system_error(
+          ec, "listen on " + options_.bind_address + ":" + std::to_string(ep.port()));
     }
     if (i == 0) ep = a->local_endpoint();  // port 0 becomes the port every worker shares
     acceptors_.push_back(std::move(a));
@@ -71,11 +75,43 @@ void Socks5App::open_listeners() {
 }
 
 Socks5App::~Socks5App() {
+  if (health_) health_->stop();
   auth_pool_.stop();
   auth_pool_.join();
   pool_.stop();
   // Resolvers hold descriptors registered with the pool's contexts: release them first.
   resolvers_.clear();
+  // Sessions are gone with the pool; streams still closing are cancelled by the dialer.
+  konnectivity_.reset();
+}
+
+void Socks5App::start_health() {
+  if (options_.health_port < 0) return;
+  auto ok = [](const std::string&) { return core::admin::Response{200, "text/plain", "ok", {}}; };
+  auto metrics = [this](const std::string&) {
+    return core::admin::Response{
+        200, "text/plain; version=0.0.4; charset=utf-8", metrics_.registry().serialize(), {}};
+  };
+  auto ready = [this](const std::string& query) {
+    std::vector<core::admin::Check> checks{
+        {"listening", [this]() -> std::optional<std::string> {
+           if (accepting_.load()) return std::nullopt;
+           return "not accepting SOCKS clients (starting or shutting down)";
+         }}};
+    if (konnectivity_) {
+      checks.push_back({"konnectivity", [this]() -> std::optional<std::string> {
+                          return konnectivity_->probe(std::chrono::seconds(1));
+                        }});
+    }
+    return core::admin::readiness(checks, query.find("verbose") != std::string::npos);
+  };
+  health_ = std::make_unique<core::admin::AdminServer>("health", options_.health_bind_address,
+                                                       static_cast<uint16_t>(options_.health_port));
+  health_->route("/healthz", ok);
+  health_->route("/livez", ok);
+  health_->route("/readyz", ready);
+  health_->route("/metrics", metrics);
+  health_->start();
 }
 
 core::net::Resolver& Socks5App::resolver_for(const asio::any_io_executor& ex) {
@@ -111,8 +147,12 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor) {
       KONN_LOG(logger(), warn, "refused {}: {}", peer.address().to_string(), refusal);
       continue;  // the socket closes here
     }
-    SessionEnv env{options_, users_.get(), resolver_for(socket.get_executor()),
-                   auth_pool_.get_executor()};
+    SessionEnv env{options_,
+                   users_.get(),
+                   resolver_for(socket.get_executor()),
+                   auth_pool_.get_executor(),
+                   konnectivity_.get(),
+                   &metrics_};
     // The session starts on this thread and stays on it.
     auto ex = socket.get_executor();
     asio::co_spawn(ex, run_session(std::move(socket), env, std::move(slot)), asio::detached);
@@ -126,6 +166,7 @@ void Socks5App::stop() {
 void Socks5App::begin_shutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
+  accepting_ = false;
   for (auto& a : acceptors_) {
     asio::post(a->get_executor(), [acc = a.get()] {
       std::error_code ignored;
@@ -184,6 +225,13 @@ int Socks5App::run() {
   KONN_LOG(logger(), info, "listening on {}:{} ({} workers, auth {}, {} rules, default {})",
            ep.address().to_string(), ep.port(), pool_.size(), users_ ? "user/pass" : "none",
            options_.rule_set.size(), options_.default_policy);
+  if (konnectivity_) {
+    KONN_LOG(logger(), info, "CONNECT goes through the Konnectivity proxy-server: {}",
+             options_.konnectivity.describe());
+  }
+  accepting_ = true;
+  // After the "listening on" line, which scripts and tests look for first.
+  start_health();
   main_.run();  // the signal wait keeps it running until the drain calls stop()
   registry_.close_all();
   pool_.stop();

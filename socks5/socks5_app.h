@@ -1,15 +1,19 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
 #include <asio/io_context.hpp>
-#include <asio/thread_pool.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/thread_pool.hpp>
 
+#include "core/admin/admin_server.h"
 #include "core/io/worker_pool.h"
+#include "core/konnectivity/dialer.h"
 #include "core/net/resolver.h"
 #include "socks5/session.h"
+#include "socks5/socks5_metrics.h"
 #include "socks5/socks5_options.h"
 #include "socks5/user_db.h"
 
@@ -31,6 +35,8 @@ class Socks5App {
   void stop();
 
   asio::ip::tcp::endpoint local_endpoint() const { return endpoint_; }
+  // The health listener's port (0 when off or not started yet).
+  uint16_t health_port() const { return health_ ? health_->port() : 0; }
   size_t active_sessions() const { return registry_.active(); }
 
  private:
@@ -39,8 +45,13 @@ class Socks5App {
   void poll_drain();
   core::net::Resolver& resolver_for(const asio::any_io_executor& ex);
   void open_listeners();
+  void start_health();
 
   const Socks5Options& options_;
+  Socks5Metrics metrics_;
+  std::unique_ptr<core::konnectivity::Dialer> konnectivity_;  // --konnectivity-address set
+  std::unique_ptr<core::admin::AdminServer> health_;
+  std::atomic<bool> accepting_{false};
   std::unique_ptr<UserDb> users_;
   asio::thread_pool auth_pool_{1};  // password hashing, off the I/O threads
   SessionRegistry registry_;

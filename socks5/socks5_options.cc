@@ -37,6 +37,11 @@ void Socks5Options::register_flags(core::config::FlagParser& p) {
         "On SIGTERM, how long sessions may finish before they are closed");
   p.add("log-level", &log_level, "trace, debug, info, warn, error, off (or klog 0-10)");
   p.add("log-file", &log_file, "Write logs to this file instead of stderr");
+  p.add("health-port", &health_port,
+        "Port of the /healthz, /readyz and /metrics listener (0: any free port, -1: none)");
+  p.add("health-bind-address", &health_bind_address,
+        "Bind address of the health listener (empty: every interface)");
+  konnectivity.register_flags(p);
 }
 
 std::vector<std::string> Socks5Options::validate() {
@@ -51,7 +56,8 @@ std::vector<std::string> Socks5Options::validate() {
   if (connect_timeout <= core::config::Duration::zero()) {
     errors.push_back("--connect-timeout: must be positive");
   }
-  if (idle_timeout < core::config::Duration::zero()) errors.push_back("--idle-timeout: must be >= 0");
+  if (idle_timeout < core::config::Duration::zero())
+    errors.push_back("--idle-timeout: must be >= 0");
   if (max_sessions < 0) errors.push_back("--max-sessions: must be >= 0");
   if (max_sessions_per_client < 0) errors.push_back("--max-sessions-per-client: must be >= 0");
   if (buffer_size < 512 || buffer_size > 16 * 1024 * 1024) {
@@ -61,6 +67,8 @@ std::vector<std::string> Socks5Options::validate() {
     errors.push_back("--splice-pipe-bytes: must be 4096..1048576");
   }
   if (workers < 0) errors.push_back("--workers: must be >= 0");
+  if (health_port < -1 || health_port > 65535) errors.push_back("--health-port: must be -1..65535");
+  konnectivity.validate(errors);
   std::vector<Rule> parsed;
   for (const auto& text : rules) {
     Rule r;
@@ -87,6 +95,8 @@ void Socks5Options::print(spdlog::logger& log) const {
       dns_servers.empty() ? std::string("system") : fmt::format("{}", fmt::join(dns_servers, ",")),
       enable_bind, enable_udp, splice, splice_pipe_bytes, buffer_size, workers,
       format_go_duration(graceful_shutdown_timeout));
+  log.info("options: health-port={} health-bind-address={:?} konnectivity: {}", health_port,
+           health_bind_address, konnectivity.describe());
   for (size_t i = 0; i < rules.size(); ++i) log.info("rule {}: {}", i, rules[i]);
 }
 

@@ -7,6 +7,7 @@
 #include <spdlog/logger.h>
 
 #include "core/config/flag_parser.h"
+#include "core/konnectivity/upstream_options.h"
 #include "socks5/rules.h"
 
 namespace konn::socks5 {
@@ -16,25 +17,31 @@ namespace konn::socks5 {
 struct Socks5Options {
   std::string bind_address = "127.0.0.1";  // "" or "::" = every interface
   int port = 1080;
-  std::string users_file;  // when set, method 02 (RFC 1929) is required
+  std::string users_file;          // when set, method 02 (RFC 1929) is required
   std::vector<std::string> rules;  // raw `--rule` lines, parsed by validate()
   std::string default_policy = "allow";
   core::config::Duration handshake_timeout = std::chrono::seconds(10);
   core::config::Duration connect_timeout = std::chrono::seconds(30);
   core::config::Duration idle_timeout = std::chrono::hours(1);  // 0 = none
-  int max_sessions = 10000;         // 0 = unlimited
-  int max_sessions_per_client = 0;  // 0 = unlimited
+  int max_sessions = 10000;                                     // 0 = unlimited
+  int max_sessions_per_client = 0;                              // 0 = unlimited
   std::vector<std::string> dns_servers;  // "ip[:port]"; empty = /etc/resolv.conf
   core::config::Duration dns_timeout = std::chrono::seconds(5);
   bool enable_bind = true;
   bool enable_udp = true;
-  bool splice = true;  // zero-copy relay between plain TCP sockets
+  bool splice = true;                   // zero-copy relay between plain TCP sockets
   int splice_pipe_bytes = 1024 * 1024;  // per direction, in the kernel, only while data flows
-  int buffer_size = 16 * 1024;  // per direction, buffered relay
-  int workers = 0;              // 0 = one per core
+  int buffer_size = 16 * 1024;          // per direction, buffered relay
+  int workers = 0;                      // 0 = one per core
   core::config::Duration graceful_shutdown_timeout = std::chrono::seconds(15);
   std::string log_level = "info";
   std::string log_file;
+  // Health and metrics listener (/healthz, /readyz, /metrics), as the proxy-server's
+  // --health-port; 0 picks a free port (logged), -1 turns it off.
+  int health_port = 8096;
+  std::string health_bind_address;  // "" = every interface (kubelet probes the pod IP)
+  // --konnectivity-*: dial CONNECT destinations through a Konnectivity proxy-server.
+  core::konnectivity::UpstreamOptions konnectivity;
 
   // Parsed from `rules`/`default_policy` by validate().
   RuleSet rule_set;

@@ -1,9 +1,8 @@
 #include "socks5/splice_relay.h"
 
+#include <cerrno>
 #include <fcntl.h>
 #include <unistd.h>
-
-#include <cerrno>
 #include <vector>
 
 namespace konn::socks5 {
@@ -76,8 +75,9 @@ struct Pipe {
   }
 };
 
-core::io::Awaitable<void> pump(tcp::socket& from, tcp::socket& to, size_t pipe_bytes, uint64_t& bytes,
-                         std::error_code& error, bool& failed, Activity& activity) {
+template <typename From, typename To>
+core::io::Awaitable<void> pump(From& from, To& to, size_t pipe_bytes, uint64_t& bytes,
+                               std::error_code& error, bool& failed, Activity& activity) {
   Pipe pipe;
   constexpr unsigned kFlags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
   auto fill = [&]() {
@@ -93,7 +93,7 @@ core::io::Awaitable<void> pump(tcp::socket& from, tcp::socket& to, size_t pipe_b
       // session holds one only while bytes are in flight (an idle session holds none).
       pipe.reusable = true;
       pipe.release();
-      auto [ec] = co_await from.async_wait(tcp::socket::wait_read, core::io::use_nothrow);
+      auto [ec] = co_await from.async_wait(asio::socket_base::wait_read, core::io::use_nothrow);
       if (ec) {
         error = ec;
         break;
@@ -128,7 +128,7 @@ core::io::Awaitable<void> pump(tcp::socket& from, tcp::socket& to, size_t pipe_b
         error = std::error_code(werr, std::generic_category());
         break;
       }
-      auto [ec] = co_await to.async_wait(tcp::socket::wait_write, core::io::use_nothrow);
+      auto [ec] = co_await to.async_wait(asio::socket_base::wait_write, core::io::use_nothrow);
       if (ec) {
         error = ec;
         break;
@@ -146,14 +146,16 @@ core::io::Awaitable<void> pump(tcp::socket& from, tcp::socket& to, size_t pipe_b
     from.close(ignored);
     to.close(ignored);
   } else if (!failed) {
-    to.shutdown(tcp::socket::shutdown_send, ignored);
+    to.shutdown(asio::socket_base::shutdown_send, ignored);
   }
 }
 
 }  // namespace
 
-core::io::Awaitable<core::relay::RelayStats> splice_relay(tcp::socket& downstream, tcp::socket& upstream,
-                                                    Activity& activity, size_t pipe_bytes) {
+template <typename Upstream>
+core::io::Awaitable<core::relay::RelayStats> splice_relay(tcp::socket& downstream,
+                                                          Upstream& upstream, Activity& activity,
+                                                          size_t pipe_bytes) {
   using namespace asio::experimental::awaitable_operators;
   std::error_code ignored;
   downstream.native_non_blocking(true, ignored);
@@ -166,5 +168,10 @@ core::io::Awaitable<core::relay::RelayStats> splice_relay(tcp::socket& downstrea
                  stats.upstream_error, failed, activity));
   co_return stats;
 }
+
+template core::io::Awaitable<core::relay::RelayStats> splice_relay(tcp::socket&, tcp::socket&,
+                                                                   Activity&, size_t);
+template core::io::Awaitable<core::relay::RelayStats> splice_relay(
+    tcp::socket&, asio::local::stream_protocol::socket&, Activity&, size_t);
 
 }  // namespace konn::socks5

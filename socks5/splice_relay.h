@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
 
 #include "core/io/asio_compat.h"
 #include "core/relay/relay.h"
@@ -24,10 +25,11 @@ struct Activity {
 // cache) when bytes arrive and gives it back whenever the source goes quiet with the pipe empty,
 // so an idle session holds no pipe.
 //
-// Linux only. Sockets are switched to non-blocking mode.
+// Linux only. Sockets are switched to non-blocking mode. `Upstream` is a TCP socket or a unix
+// stream socket (an HTTP CONNECT tunnel through a proxy-server's unix socket).
+template <typename Upstream>
 core::io::Awaitable<core::relay::RelayStats> splice_relay(asio::ip::tcp::socket& downstream,
-                                                    asio::ip::tcp::socket& upstream,
-                                                    Activity& activity,
-                                                    size_t pipe_bytes = 1024 * 1024);
+                                                          Upstream& upstream, Activity& activity,
+                                                          size_t pipe_bytes = 1024 * 1024);
 
 }  // namespace konn::socks5

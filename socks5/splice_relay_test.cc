@@ -31,10 +31,13 @@ TEST_CASE("splice relay moves bytes both ways and passes half-close on", "[splic
   konn::socks5::Activity activity;
   konn::core::relay::RelayStats stats;
   bool done = false;
-  asio::co_spawn(ctx, [&]() -> konn::core::io::Awaitable<void> {
-    stats = co_await konn::socks5::splice_relay(proxy_down, proxy_up, activity, 16 * 1024);
-    done = true;
-  }, asio::detached);
+  asio::co_spawn(
+      ctx,
+      [&]() -> konn::core::io::Awaitable<void> {
+        stats = co_await konn::socks5::splice_relay(proxy_down, proxy_up, activity, 16 * 1024);
+        done = true;
+      },
+      asio::detached);
   std::thread io([&] { ctx.run_for(std::chrono::seconds(20)); });
 
   std::string up(3 << 20, '\0');
@@ -72,10 +75,13 @@ TEST_CASE("splice relay ends both directions on a reset", "[splice]") {
   auto [proxy_up, server] = socket_pair(ctx);
   konn::socks5::Activity activity;
   bool done = false;
-  asio::co_spawn(ctx, [&]() -> konn::core::io::Awaitable<void> {
-    co_await konn::socks5::splice_relay(proxy_down, proxy_up, activity);
-    done = true;
-  }, asio::detached);
+  asio::co_spawn(
+      ctx,
+      [&]() -> konn::core::io::Awaitable<void> {
+        co_await konn::socks5::splice_relay(proxy_down, proxy_up, activity);
+        done = true;
+      },
+      asio::detached);
   // RST from the client: SO_LINGER 0 then close.
   client.set_option(asio::socket_base::linger(true, 0));
   asio::write(client, asio::buffer("x", 1));

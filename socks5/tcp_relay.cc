@@ -1,5 +1,7 @@
 // relay_tcp(): the data phase of CONNECT and BIND sessions.
 
+#include <algorithm>
+#include <functional>
 #include <optional>
 
 #include <asio/post.hpp>
@@ -14,13 +16,15 @@ namespace {
 
 using asio::ip::tcp;
 
-// A tcp::socket as core::relay sees it, noting when each read or write starts so that the idle
-// watchdog knows the relay is moving. A read starts right after the previous chunk was written,
-// so "last start" is "last byte moved" for every direction that carries traffic.
+// A socket (or a Konnectivity tunnel) as core::relay sees it, noting when each read or write
+// starts so that the idle watchdog knows the relay is moving. A read starts right after the
+// previous chunk was written, so "last start" is "last byte moved" for every direction that
+// carries traffic.
+template <typename Socket = tcp::socket>
 class ActiveSocket {
  public:
-  using executor_type = tcp::socket::executor_type;
-  ActiveSocket(tcp::socket& s, Activity& a) : s_(s), a_(a) {}
+  using executor_type = typename Socket::executor_type;
+  ActiveSocket(Socket& s, Activity& a) : s_(s), a_(a) {}
   executor_type get_executor() { return s_.get_executor(); }
   template <typename Buffers, typename Token>
   auto async_read_some(const Buffers& b, Token&& token) {
@@ -33,10 +37,12 @@ class ActiveSocket {
     return s_.async_write_some(b, std::forward<Token>(token));
   }
   void close(std::error_code& ec) { s_.close(ec); }
-  void shutdown(tcp::socket::shutdown_type what, std::error_code& ec) { s_.shutdown(what, ec); }
+  void shutdown(asio::socket_base::shutdown_type what, std::error_code& ec) {
+    s_.shutdown(what, ec);
+  }
 
  private:
-  tcp::socket& s_;
+  Socket& s_;
   Activity& a_;
 };
 
@@ -46,10 +52,13 @@ class ActiveSocket {
 // executor guarantee no callback touches it afterwards.
 class IdleWatch {
  public:
-  IdleWatch(const asio::any_io_executor& ex, tcp::socket& a, tcp::socket& b, Activity& activity,
+  IdleWatch(const asio::any_io_executor& ex, std::function<void()> close_both, Activity& activity,
             std::chrono::nanoseconds idle, SessionInfo& info)
-      : timer_(ex), a_(a), b_(b), activity_(activity),
-        idle_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(idle)), info_(info) {}
+      : timer_(ex),
+        close_both_(std::move(close_both)),
+        activity_(activity),
+        idle_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(idle)),
+        info_(info) {}
 
   void arm() {
     timer_.expires_at(activity_.last + idle_);
@@ -57,9 +66,7 @@ class IdleWatch {
       if (ec || stopped_) return;
       if (std::chrono::steady_clock::now() - activity_.last >= idle_) {
         info_.reason = "idle timeout";
-        std::error_code ignored;
-        a_.close(ignored);
-        b_.close(ignored);
+        close_both_();
         return;
       }
       arm();
@@ -75,22 +82,71 @@ class IdleWatch {
 
  private:
   asio::steady_timer timer_;
-  tcp::socket& a_;
-  tcp::socket& b_;
+  std::function<void()> close_both_;
   Activity& activity_;
   std::chrono::steady_clock::duration idle_;
   SessionInfo& info_;
   bool stopped_ = false;
 };
 
+void finish_stats(const core::relay::RelayStats& stats, SessionInfo& info) {
+  info.bytes_up += stats.downstream_to_upstream;
+  info.bytes_down += stats.upstream_to_downstream;
+  if (info.reason == "done") {
+    if (stats.downstream_error) {
+      info.reason = "client: " + stats.downstream_error.message();
+    } else if (stats.upstream_error) {
+      info.reason = "upstream: " + stats.upstream_error.message();
+    }
+  }
+}
+
+template <typename Upstream>
+std::function<void()> closer(tcp::socket& client, Upstream& upstream) {
+  return [&client, &upstream] {
+    std::error_code ignored;
+    client.close(ignored);
+    upstream.close(ignored);
+  };
+}
+
 }  // namespace
 
-core::io::Awaitable<void> relay_tcp(tcp::socket& client, tcp::socket& upstream,
-                              const Socks5Options& options, SessionInfo& info) {
+core::io::Awaitable<void> relay_tunnel(tcp::socket& client, core::konnectivity::Tunnel& tunnel,
+                                       const Socks5Options& options, SessionInfo& info) {
   Activity activity;
   std::optional<IdleWatch> watch;
   if (options.idle_timeout > std::chrono::nanoseconds::zero()) {
-    watch.emplace(client.get_executor(), client, upstream, activity, options.idle_timeout, info);
+    watch.emplace(client.get_executor(), closer(client, tunnel), activity, options.idle_timeout,
+                  info);
+    watch->arm();
+  }
+  core::relay::RelayStats stats;
+  if (auto* unix_socket = tunnel.unix_socket(); unix_socket != nullptr && options.splice) {
+    stats = co_await splice_relay(client, *unix_socket, activity,
+                                  static_cast<size_t>(options.splice_pipe_bytes));
+  } else {
+    // gRPC DATA packets are as large as the reads that fill them: at least 64 KiB.
+    constexpr size_t kTunnelBuffer = 64 * 1024;
+    ActiveSocket a(client, activity);
+    ActiveSocket<core::konnectivity::Tunnel> b(tunnel, activity);
+    stats = co_await core::relay::relay(
+        a, b, std::max(kTunnelBuffer, static_cast<size_t>(options.buffer_size)));
+  }
+  if (watch) {
+    watch->stop();
+    co_await asio::post(client.get_executor(), asio::use_awaitable);
+  }
+  finish_stats(stats, info);
+}
+
+core::io::Awaitable<void> relay_tcp(tcp::socket& client, tcp::socket& upstream,
+                                    const Socks5Options& options, SessionInfo& info) {
+  Activity activity;
+  std::optional<IdleWatch> watch;
+  if (options.idle_timeout > std::chrono::nanoseconds::zero()) {
+    watch.emplace(client.get_executor(), closer(client, upstream), activity, options.idle_timeout,
+                  info);
     watch->arm();
   }
   core::relay::RelayStats stats;
@@ -107,15 +163,7 @@ core::io::Awaitable<void> relay_tcp(tcp::socket& client, tcp::socket& upstream,
     // Let an already-queued timer callback run (and see `stopped`) while the watch is alive.
     co_await asio::post(client.get_executor(), asio::use_awaitable);
   }
-  info.bytes_up += stats.downstream_to_upstream;
-  info.bytes_down += stats.upstream_to_downstream;
-  if (info.reason == "done") {
-    if (stats.downstream_error) {
-      info.reason = "client: " + stats.downstream_error.message();
-    } else if (stats.upstream_error) {
-      info.reason = "upstream: " + stats.upstream_error.message();
-    }
-  }
+  finish_stats(stats, info);
 }
 
 }  // namespace konn::socks5::detail

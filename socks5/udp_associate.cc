@@ -29,11 +29,11 @@ const std::shared_ptr<spdlog::logger>& logger() {
 
 struct Association {
   explicit Association(const asio::any_io_executor& ex) : front(ex), out4(ex), out6(ex) {}
-  udp::socket front;           // faces the client
-  udp::socket out4;            // faces IPv4 destinations
-  udp::socket out6;            // faces IPv6 destinations
-  asio::ip::address client_ip;  // datagrams are accepted from this address only
-  uint16_t client_port = 0;     // ... and this port, when the request named one
+  udp::socket front;                    // faces the client
+  udp::socket out4;                     // faces IPv4 destinations
+  udp::socket out6;                     // faces IPv6 destinations
+  asio::ip::address client_ip;          // datagrams are accepted from this address only
+  uint16_t client_port = 0;             // ... and this port, when the request named one
   std::optional<udp::endpoint> client;  // where answers go (the client's last source)
   uint64_t dropped = 0;
 };
@@ -47,11 +47,13 @@ core::io::Awaitable<void> control_ended(tcp::socket& control) {
   }
 }
 
-core::io::Awaitable<void> client_to_destinations(Association& as, SessionEnv env, SessionInfo& info) {
+core::io::Awaitable<void> client_to_destinations(Association& as, SessionEnv env,
+                                                 SessionInfo& info) {
   std::vector<uint8_t> buf(kMaxDatagram);
   for (;;) {
     udp::endpoint from;
-    auto [ec, n] = co_await as.front.async_receive_from(asio::buffer(buf), from, core::io::use_nothrow);
+    auto [ec, n] =
+        co_await as.front.async_receive_from(asio::buffer(buf), from, core::io::use_nothrow);
     if (ec) {
       if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) co_return;
       continue;  // e.g. ICMP port unreachable reported on the socket
@@ -89,14 +91,15 @@ core::io::Awaitable<void> client_to_destinations(Association& as, SessionEnv env
       continue;
     }
     size_t payload = n - p.value.header_size;
-    auto [sec, sent] = co_await out.async_send_to(
-        asio::buffer(buf.data() + p.value.header_size, payload), udp::endpoint(ip, dst.port),
-        core::io::use_nothrow);
+    auto [sec, sent] =
+        co_await out.async_send_to(asio::buffer(buf.data() + p.value.header_size, payload),
+                                   udp::endpoint(ip, dst.port), core::io::use_nothrow);
     if (!sec) info.bytes_up += sent;
   }
 }
 
-core::io::Awaitable<void> destinations_to_client(Association& as, udp::socket& out, SessionInfo& info) {
+core::io::Awaitable<void> destinations_to_client(Association& as, udp::socket& out,
+                                                 SessionInfo& info) {
   if (!out.is_open()) co_return;
   std::vector<uint8_t> buf(kMaxDatagram + 22);
   constexpr size_t kRoom = 22;  // largest header (IPv6), written in front of the payload
@@ -121,8 +124,8 @@ core::io::Awaitable<void> destinations_to_client(Association& as, udp::socket& o
 }  // namespace
 
 core::io::Awaitable<void> handle_udp_associate(tcp::socket& client, const codec::Request& req,
-                                         SessionEnv env, SessionInfo& info,
-                                         SessionHandle& handle) {
+                                               SessionEnv env, SessionInfo& info,
+                                               SessionHandle& handle) {
   auto ex = co_await asio::this_coro::executor;
   Association as(ex);
   std::error_code ec;

@@ -1,10 +1,9 @@
 #include "socks5/user_db.h"
 
 #include <crypt.h>
-#include <sys/stat.h>
-
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 
 #include "core/log/log_macros.h"
 
@@ -17,8 +16,10 @@ constexpr const char* kDummyHash =
     "s9d0f1g2h3";
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 

@@ -5,9 +5,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-
 #include <sys/types.h>
+#include <unordered_map>
 
 namespace konn::socks5 {
 

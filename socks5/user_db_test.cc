@@ -1,16 +1,15 @@
 #include "socks5/user_db.h"
 
 #include <crypt.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
-using konn::socks5::UserDb;
 using konn::socks5::check_crypt;
+using konn::socks5::UserDb;
 
 namespace {
 
@@ -20,9 +19,9 @@ std::string sha512(const std::string& pw, const std::string& salt) {
 }
 
 struct TempFile {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("konn-users-" + std::to_string(::getpid()) + "-" +
-                                std::to_string(reinterpret_cast<uintptr_t>(this)));
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("konn-users-" + std::to_string(::getpid()) + "-" +
+                                                std::to_string(reinterpret_cast<uintptr_t>(this)));
   ~TempFile() { std::filesystem::remove(path); }
   void write(const std::string& text) {
     auto tmp = path.string() + ".new";
@@ -43,7 +42,8 @@ TEST_CASE("check_crypt accepts the right password only", "[users]") {
 
 TEST_CASE("users file loads, rejects plain passwords, and reloads on change", "[users]") {
   TempFile f;
-  f.write("# operators\nalice:" + sha512("wonder", "salt1") + "\n\nbob:" + sha512("builder", "s2") + "\n");
+  f.write("# operators\nalice:" + sha512("wonder", "salt1") + "\n\nbob:" + sha512("builder", "s2") +
+          "\n");
   UserDb db(f.path.string(), std::chrono::milliseconds(0));
   REQUIRE(db.load().empty());
   CHECK(db.size() == 2);

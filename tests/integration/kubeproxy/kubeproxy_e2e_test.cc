@@ -2,26 +2,25 @@
 // (fake_apiserver.cc), driven by real curl and kubectl and by raw sockets for bad input.
 // Everything binds port 0 on loopback, lives in a temp dir and waits on events with deadlines.
 #include <arpa/inet.h>
+#include <chrono>
+#include <cstdlib>
 #include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <catch2/catch.hpp>
-
-#include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <map>
 #include <sstream>
 #include <string>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
+
+#include <catch2/catch.hpp>
 
 extern char** environ;
 
@@ -249,10 +248,14 @@ struct Fixture {
     INFO(r.err);
     REQUIRE(r.code == 0);
     std::vector<std::string> argv{bin("kubeproxy-fake-apiserver"),
-                                  "--cert", (dir.path / "server.crt").string(),
-                                  "--key", (dir.path / "server.key").string(),
-                                  "--client-ca", (dir.path / "ca.crt").string(),
-                                  "--token", "s3cret"};
+                                  "--cert",
+                                  (dir.path / "server.crt").string(),
+                                  "--key",
+                                  (dir.path / "server.key").string(),
+                                  "--client-ca",
+                                  (dir.path / "ca.crt").string(),
+                                  "--token",
+                                  "s3cret"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     apiserver = std::make_unique<Child>(argv, dir.path, "apiserver");
     api_port = port_from(apiserver->wait_output("listening on"));
@@ -263,19 +266,20 @@ struct Fixture {
   // Writes a kubeconfig with relative CA path; `user` is the YAML body of the user entry.
   std::string write_kubeconfig(const std::string& name, const std::string& server,
                                const std::string& user, const std::string& cluster_extra = "") {
-    std::ofstream(dir.path / name) << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n"
-                                      "  cluster:\n    server: "
-                                   << server << "\n    certificate-authority: ca.crt\n"
-                                   << cluster_extra << "users:\n- name: u\n  user:\n"
-                                   << user
-                                   << "contexts:\n- name: fake\n  context: {cluster: fake, user: u}\n"
-                                      "current-context: fake\n";
+    std::ofstream(dir.path / name)
+        << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n"
+           "  cluster:\n    server: "
+        << server << "\n    certificate-authority: ca.crt\n"
+        << cluster_extra << "users:\n- name: u\n  user:\n"
+        << user
+        << "contexts:\n- name: fake\n  context: {cluster: fake, user: u}\n"
+           "current-context: fake\n";
     return (dir.path / name).string();
   }
 
   std::unique_ptr<Child> start_proxy(std::vector<std::string> args, const std::string& name = "kp",
                                      uint16_t* port = nullptr) {
-    std::vector<std::string> argv{bin("kubeproxy-http"), "--port=0"};
+    std::vector<std::string> argv{bin("kubeproxy-http"), "--port=0", "--health-port=0"};
     argv.insert(argv.end(), args.begin(), args.end());
     auto c = std::make_unique<Child>(argv, dir.path, name);
     uint16_t p = port_from(c->wait_output("Starting to serve on 127.0.0.1:"));
@@ -305,9 +309,9 @@ TEST_CASE("curl and kubectl get --raw through the forwarder", "[kubeproxy][e2e]"
   r = run({"kubectl", "--server=" + f.url(port, ""), "get", "--raw", "/api"}, f.dir.path);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("APIVersions"));
-  r = run({"kubectl", "--server=" + f.url(port, ""), "get", "--raw",
-           "/api/v1/namespaces/default/pods"},
-          f.dir.path);
+  r = run(
+      {"kubectl", "--server=" + f.url(port, ""), "get", "--raw", "/api/v1/namespaces/default/pods"},
+      f.dir.path);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("\"kind\":\"PodList\"") && Catch::Contains("pod-1"));
 }
@@ -361,9 +365,12 @@ TEST_CASE("upgrade round trip with half-close", "[kubeproxy][e2e]") {
   uint16_t port = 0;
   auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig()}, "kp", &port);
   RawClient c(port);
-  REQUIRE(c.send("POST /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\n"
-                 "Host: localhost:" + std::to_string(port) + "\r\n"
-                 "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\nearly-"));
+  REQUIRE(
+      c.send("POST /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\n"
+             "Host: localhost:" +
+             std::to_string(port) +
+             "\r\n"
+             "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\nearly-"));
   std::string got = c.read_until_contains("early-");
   CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 101 Switching Protocols"));
   REQUIRE(c.send("hello"));
@@ -378,12 +385,13 @@ TEST_CASE("upgrade round trip with half-close", "[kubeproxy][e2e]") {
 TEST_CASE("filters answer 403 Forbidden like kubectl", "[kubeproxy][e2e]") {
   Fixture f;
   uint16_t port = 0;
-  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig(), "--reject-methods=^DELETE$"}, "kp",
-                          &port);
+  auto kp =
+      f.start_proxy({"--kubeconfig=" + f.kubeconfig(), "--reject-methods=^DELETE$"}, "kp", &port);
   auto r = run({"curl", "-sS", "-i", "-X", "POST",
                 f.url(port, "/api/v1/namespaces/default/pods/p/exec?command=ls")},
                f.dir.path);
-  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 403 Forbidden") && Catch::EndsWith("\r\n\r\nForbidden\n"));
+  CHECK_THAT(r.out,
+             Catch::StartsWith("HTTP/1.1 403 Forbidden") && Catch::EndsWith("\r\n\r\nForbidden\n"));
   r = run({"curl", "-sS", "-i", "-H", "Host: evil.example.com", f.url(port, "/api/")}, f.dir.path);
   CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 403 Forbidden"));
   r = run({"curl", "-sS", "-i", "-X", "DELETE", f.url(port, "/api/v1/namespaces/default/pods/p")},
@@ -423,7 +431,8 @@ TEST_CASE("bad input: 431, slowloris, smuggling", "[kubeproxy][e2e]") {
                           "kp", &port);
   SECTION("over-long header") {
     RawClient c(port);
-    c.send("GET /api/ HTTP/1.1\r\nHost: localhost\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n");
+    c.send("GET /api/ HTTP/1.1\r\nHost: localhost\r\nX-Big: " + std::string(20000, 'a') +
+           "\r\n\r\n");
     auto got = c.read_to_eof();
     CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 431 Request Header Fields Too Large"));
     CHECK(c.eof());
@@ -446,21 +455,24 @@ TEST_CASE("bad input: 431, slowloris, smuggling", "[kubeproxy][e2e]") {
   }
   SECTION("Content-Length with Transfer-Encoding") {
     RawClient c(port);
-    c.send("POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\n"
-           "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n");
+    c.send(
+        "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n");
     auto got = c.read_to_eof();
     CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 400 Bad Request"));
     CHECK(got.find("smuggled") == std::string::npos);
   }
   SECTION("Transfer-Encoding with Content-Length") {
     RawClient c(port);
-    c.send("POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
-           "Content-Length: 4\r\n\r\n0\r\n\r\n");
+    c.send(
+        "POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+        "Content-Length: 4\r\n\r\n0\r\n\r\n");
     CHECK_THAT(c.read_to_eof(), Catch::StartsWith("HTTP/1.1 400 Bad Request"));
   }
   SECTION("obfuscated Transfer-Encoding") {
     RawClient c(port);
-    c.send("POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, identity\r\n\r\n");
+    c.send(
+        "POST /echo HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, identity\r\n\r\n");
     CHECK_THAT(c.read_to_eof(), Catch::StartsWith("HTTP/1.1 400 Bad Request"));
   }
 }
@@ -504,7 +516,8 @@ TEST_CASE("credentials: client certificate, impersonation, caller headers", "[ku
   auto tok_cfg = f.write_kubeconfig("tok", "https://127.0.0.1:" + std::to_string(f.api_port),
                                     "    token: s3cret\n");
   uint16_t port2 = 0;
-  auto kp2 = f.start_proxy({"--kubeconfig=" + tok_cfg, "--strip-client-credentials"}, "kp2", &port2);
+  auto kp2 =
+      f.start_proxy({"--kubeconfig=" + tok_cfg, "--strip-client-credentials"}, "kp2", &port2);
   r = run({"curl", "-sS", "-i", "-H", "Authorization: Bearer wrong", f.url(port2, "/api/")},
           f.dir.path);
   CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK"));
@@ -561,8 +574,9 @@ TEST_CASE("CONNECT mode for kubectl and curl", "[kubeproxy][e2e]") {
 TEST_CASE("CONNECT mode refusals: 403, 407, 502", "[kubeproxy][e2e]") {
   Fixture f;
   uint16_t cport = 0;
-  auto cp = f.start_proxy({"--mode=connect", "--allowed-destinations=^127\\.0\\.0\\.1:" +
-                                                 std::to_string(f.api_port) + "$,^127\\.0\\.0\\.1:1$",
+  auto cp = f.start_proxy({"--mode=connect",
+                           "--allowed-destinations=^127\\.0\\.0\\.1:" + std::to_string(f.api_port) +
+                               "$,^127\\.0\\.0\\.1:1$",
                            "--proxy-user=kp:pw"},
                           "connect", &cport);
   std::string target = "127.0.0.1:" + std::to_string(f.api_port);
@@ -606,8 +620,9 @@ TEST_CASE("forwarder honours proxy-url, for upgrades too", "[kubeproxy][e2e]") {
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("APIVersions"));
   RawClient c(port);
-  c.send("GET /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\nHost: localhost\r\n"
-         "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\n");
+  c.send(
+      "GET /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\nHost: localhost\r\n"
+      "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\n");
   CHECK_THAT(c.read_until_contains("\r\n\r\n"), Catch::StartsWith("HTTP/1.1 101"));
   c.clear();
   c.send("ping");
@@ -622,14 +637,15 @@ TEST_CASE("unix socket, api prefix and static files", "[kubeproxy][e2e]") {
   fs::create_directories(f.dir.path / "www");
   std::ofstream(f.dir.path / "www" / "index.html") << "<h1>hello</h1>\n";
   std::string sock = (f.dir.path / "kp.sock").string();
-  Child kp({bin("kubeproxy-http"), "--kubeconfig=" + f.kubeconfig(), "-u", sock,
+  Child kp({bin("kubeproxy-http"), "--kubeconfig=" + f.kubeconfig(), "-u", sock, "--health-port=0",
             "--api-prefix=/custom/", "-w", (f.dir.path / "www").string(), "-P", "/static/"},
            f.dir.path, "kp");
-  CHECK_THAT(kp.wait_output("Starting to serve on"), Catch::StartsWith("Starting to serve on " + sock));
+  CHECK_THAT(kp.wait_output("Starting to serve on"),
+             Catch::StartsWith("Starting to serve on " + sock));
   CHECK((fs::status(sock).permissions() & (fs::perms::group_all | fs::perms::others_all)) ==
         fs::perms::none);
-  auto r = run({"curl", "-sS", "-i", "--unix-socket", sock, "http://localhost/custom/api/"},
-               f.dir.path);
+  auto r =
+      run({"curl", "-sS", "-i", "--unix-socket", sock, "http://localhost/custom/api/"}, f.dir.path);
   CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK") && Catch::Contains("APIVersions"));
   r = run({"curl", "-sS", "-i", "--unix-socket", sock, "http://localhost/api/"}, f.dir.path);
   CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 404 Not Found"));
@@ -644,11 +660,11 @@ TEST_CASE("unix socket, api prefix and static files", "[kubeproxy][e2e]") {
 TEST_CASE("hardened listener: TLS and a required caller token", "[kubeproxy][e2e]") {
   Fixture f;
   uint16_t port = 0;
-  auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig(),
-                           "--tls-cert-file=" + (f.dir.path / "server.crt").string(),
-                           "--tls-private-key-file=" + (f.dir.path / "server.key").string(),
-                           "--require-token=caller-token", "--access-log"},
-                          "kp", &port);
+  auto kp = f.start_proxy(
+      {"--kubeconfig=" + f.kubeconfig(), "--tls-cert-file=" + (f.dir.path / "server.crt").string(),
+       "--tls-private-key-file=" + (f.dir.path / "server.key").string(),
+       "--require-token=caller-token", "--access-log"},
+      "kp", &port);
   std::string url = "https://127.0.0.1:" + std::to_string(port) + "/headers";
   std::string ca = (f.dir.path / "ca.crt").string();
   auto r = run({"curl", "-sS", "-i", "--cacert", ca, url}, f.dir.path);

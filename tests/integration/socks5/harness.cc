@@ -2,15 +2,14 @@
 
 #include <crypt.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <random>
 #include <regex>
+#include <signal.h>
+#include <spawn.h>
 #include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <asio/read_until.hpp>
 #include <asio/write.hpp>
@@ -167,7 +166,7 @@ RunResult run(const std::vector<std::string>& argv, std::chrono::milliseconds ti
 Socks5Daemon::Socks5Daemon(const TempDir& dir, std::vector<std::string> flags)
     : log_(dir.file("socks5-" + std::to_string(reinterpret_cast<uintptr_t>(this)) + ".log")) {
   std::vector<std::string> argv{bin_dir() + "/socks5", "--bind-address=127.0.0.1", "--port=0",
-                                "--workers=2"};
+                                "--health-port=0", "--workers=2"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   proc_ = std::make_unique<Process>(argv, log_);
   std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
