@@ -357,7 +357,9 @@ Json Soak::daemon_json() const {
                    {"end_fds", r.end_fds},
                    {"idle_rss_kib", r.idle_rss_kib},
                    {"end_rss_kib", r.end_rss_kib},
-                   {"peak_rss_kib", r.peak_rss_kib}});
+                   {"peak_rss_kib", r.peak_rss_kib},
+                   {"idle_threads", r.idle_threads},
+                   {"end_threads", r.end_threads}});
   }
   return all;
 }
@@ -526,6 +528,7 @@ int Soak::run() {
     DaemonRecord& r = fleet_->record(i);
     r.end_fds = count_fds(r.pid);
     r.end_rss_kib = rss_kib(r.pid);
+    r.end_threads = thread_count(r.pid);
   }
 
   // Checks.
@@ -583,15 +586,18 @@ int Soak::run() {
       "backpressure: server reads paused queue_full=%.0f no_credit=%.0f, agent read "
       "pauses %.0f, tunnels over cap %.0f (daemons' current lives)\n",
       paused_server, paused_credit, agent_pauses, over_cap);
-  std::printf("%-15s %6s %8s %8s %12s %12s %12s %7s\n", "daemon", "starts", "idle fd", "end fd",
-              "idle RSS KiB", "end RSS KiB", "peak RSS KiB", "end/idle");
+  std::printf("%-15s %6s %8s %8s %12s %12s %12s %8s %7s\n", "daemon", "starts", "idle fd", "end fd",
+              "idle RSS KiB", "end RSS KiB", "peak RSS KiB", "threads", "end/idle");
   for (size_t i = 0; i < fleet_->size(); ++i) {
     const DaemonRecord& r = fleet_->record(i);
-    std::printf("%-15s %6d %8d %8d %12ld %12ld %12ld %6.1f%%\n", r.name.c_str(), r.starts,
-                r.idle_fds, r.end_fds, r.idle_rss_kib, r.end_rss_kib, r.peak_rss_kib,
-                r.idle_rss_kib > 0 ? 100.0 * static_cast<double>(r.end_rss_kib) /
-                                         static_cast<double>(r.idle_rss_kib)
-                                   : 0.0);
+    const std::string threads =
+        std::to_string(r.idle_threads) + "/" + std::to_string(r.end_threads);
+    std::printf(
+        "%-15s %6d %8d %8d %12ld %12ld %12ld %8s %6.1f%%\n", r.name.c_str(), r.starts, r.idle_fds,
+        r.end_fds, r.idle_rss_kib, r.end_rss_kib, r.peak_rss_kib, threads.c_str(),
+        r.idle_rss_kib > 0
+            ? 100.0 * static_cast<double>(r.end_rss_kib) / static_cast<double>(r.idle_rss_kib)
+            : 0.0);
   }
   std::printf("gauges checked after the settle (%.1f s): %zu, %zu wrong\n", settle_s, gauges.size(),
               static_cast<size_t>(std::count_if(gauges.begin(), gauges.end(),

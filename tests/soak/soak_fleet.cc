@@ -34,19 +34,27 @@ std::map<std::string, int> fd_kinds(pid_t pid) {
   return kinds;
 }
 
-long rss_kib(pid_t pid) {
+namespace {
+
+long status_field(pid_t pid, const std::string& name) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      std::istringstream fields(line.substr(6));
-      long kib = -1;
-      fields >> kib;
-      return kib;
+    if (line.rfind(name, 0) == 0) {
+      std::istringstream fields(line.substr(name.size()));
+      long value = -1;
+      fields >> value;
+      return value;
     }
   }
   return -1;
 }
+
+}  // namespace
+
+long rss_kib(pid_t pid) { return status_field(pid, "VmRSS:"); }
+
+int thread_count(pid_t pid) { return static_cast<int>(status_field(pid, "Threads:")); }
 
 namespace {
 
@@ -177,6 +185,7 @@ std::string SoakFleet::busy(size_t i) const {
 void SoakFleet::take_idle(size_t i) {
   records_[i].idle_fds = count_fds(pid_of(i));
   records_[i].idle_rss_kib = rss_kib(pid_of(i));
+  records_[i].idle_threads = thread_count(pid_of(i));
   records_[i].idle_fd_kinds = fd_kinds(pid_of(i));
 }
 

@@ -18,6 +18,8 @@ int count_fds(pid_t pid);
 // What the descriptors of a process are, counted by kind ("socket", "anon_inode:[eventfd]",
 // "pipe", a file's path), for telling what a leak is made of.
 std::map<std::string, int> fd_kinds(pid_t pid);
+// Threads of a process (/proc/<pid>/status), -1 when unreadable.
+int thread_count(pid_t pid);
 // Resident set size in KiB (/proc/<pid>/status VmRSS), -1 when unreadable.
 long rss_kib(pid_t pid);
 
@@ -42,6 +44,8 @@ struct DaemonRecord {
   long idle_rss_kib = -1;  // same moment
   int end_fds = -1;        // after the run and the settle
   long end_rss_kib = -1;
+  int idle_threads = -1;
+  int end_threads = -1;
   long peak_rss_kib = -1;  // highest sample while the load ran
 };
 
