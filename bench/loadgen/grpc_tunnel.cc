@@ -202,4 +202,12 @@ Awaitable<std::error_code> GrpcTunnel::close() {
   co_return result;
 }
 
+Awaitable<void> GrpcTunnel::reset() {
+  if (closed_) co_return;
+  closed_ = true;
+  ctx_.TryCancel();
+  remove_hold_once();
+  co_await done_signal_.async_receive(use_nothrow);
+}
+
 }  // namespace konn::bench

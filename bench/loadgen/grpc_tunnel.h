@@ -42,6 +42,7 @@ class GrpcTunnel final : public Stream, private grpc::ClientBidiReactor<Packet, 
   Awaitable<std::pair<std::error_code, size_t>> read_some(asio::mutable_buffer b) override;
   Awaitable<std::error_code> write(asio::const_buffer b) override;
   Awaitable<std::error_code> close() override;
+  Awaitable<void> reset() override;
 
  private:
   using Inbox = asio::experimental::concurrent_channel<void(std::error_code, std::string)>;

@@ -41,6 +41,12 @@ class SocketStream final : public Stream {
     s_.close(ec);
     co_return ec;
   }
+  Awaitable<void> reset() override {
+    std::error_code ec;
+    s_.set_option(asio::socket_base::linger(true, 0), ec);
+    s_.close(ec);
+    co_return;
+  }
 
  private:
   Socket s_;

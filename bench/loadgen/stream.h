@@ -30,6 +30,10 @@ class Stream {
   // Ends the stream the way its protocol does (socket: close; Konnectivity: CLOSE_REQ, then
   // CLOSE_RSP and the end of the gRPC call). Bytes still arriving are discarded.
   virtual Awaitable<std::error_code> close() = 0;
+  // Ends the stream abruptly, as a crashing client would: a socket is closed with SO_LINGER 0
+  // (TCP sends RST; a unix socket's peer reads ECONNRESET when bytes were left unread), a
+  // Konnectivity tunnel's call is cancelled without CLOSE_REQ.
+  virtual Awaitable<void> reset() = 0;
 };
 
 // How the load generator reaches destinations: `--via=` on the command line.

@@ -1,12 +1,25 @@
 #include "core/io/worker_pool.h"
 
 #include <atomic>
+#include <filesystem>
 #include <future>
 #include <set>
 #include <thread>
 
+#include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
+
+namespace {
+
+int open_descriptors() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+}  // namespace
 
 TEST_CASE("worker pool runs each context on its own thread, round robin", "[io]") {
   konn::core::io::WorkerPool pool(2);
@@ -26,4 +39,18 @@ TEST_CASE("worker pool runs each context on its own thread, round robin", "[io]"
   CHECK(ta != std::this_thread::get_id());
   pool.stop();
   pool.stop();  // idempotent
+}
+
+TEST_CASE("worker pool contexts hold their descriptors from the start", "[io]") {
+  // Without priming, a context's reactor (epoll, eventfd, timerfd) appears on its first timer or
+  // socket, and an idle daemon's descriptor count after traffic differs from its count at start.
+  konn::core::io::WorkerPool pool(2);
+  const int before = open_descriptors();
+  for (size_t i = 0; i < pool.size(); ++i) {
+    asio::steady_timer t(pool.at(i));
+    asio::ip::tcp::socket s(pool.at(i));
+    s.open(asio::ip::tcp::v4());
+    s.close();
+  }
+  CHECK(open_descriptors() == before);
 }

@@ -440,6 +440,13 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
                         self->out_.pop_front();
                         self->to_client_queued_ -= n;
                         if (ec) {
+                          if (self->closed_) {
+                            // Flushing after the agent's close and the client is gone: nothing
+                            // else will finish the socket (close_tunnel is a no-op once closed).
+                            self->out_.clear();
+                            self->finish_socket();
+                            return;
+                          }
                           self->close_tunnel("write to client failed: " + ec.message(), true);
                           return;
                         }

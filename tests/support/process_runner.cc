@@ -146,6 +146,13 @@ Process::Process(ProcessOptions options) {
     dup2(in_fd, 0);
     dup2(out_fd >= 0 ? out_fd : log_fd, 1);
     dup2(log_fd, 2);
+    // Nothing else of the parent's reaches the child: descriptors opened without O_CLOEXEC (Asio
+    // opens sockets without it) would otherwise live on in the daemon, and a test's connection
+    // would not close when the test closes it (the soak test saw a tunnel held open by a restarted
+    // agent that had inherited the client's socket).
+    if (close_range(3, ~0U, 0) != 0) {
+      for (int fd = 3; fd < 65536; ++fd) close(fd);
+    }
     // Signals ignored or blocked by the test runner must not leak into the daemon.
     sigset_t none;
     sigemptyset(&none);

@@ -1,6 +1,7 @@
 #include "tests/support/process_runner.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -29,6 +30,19 @@ TEST_CASE("process: captures stderr and waits for a line", "[support]") {
   CHECK(p.count_in_log("starting") == 1);
   CHECK(p.terminate(5s) == 128 + SIGTERM);
   CHECK_FALSE(p.running());
+}
+
+TEST_CASE("process: the child holds none of the parent's descriptors", "[support]") {
+  // A pipe without O_CLOEXEC, as Asio opens sockets: once the parent closes its write end, the
+  // reader must see EOF even though a child started in between still runs.
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  Process p(shell("exec sleep 30"));
+  ::close(fds[1]);
+  char c = 0;
+  CHECK(::read(fds[0], &c, 1) == 0);
+  ::close(fds[0]);
+  CHECK(p.running());
 }
 
 TEST_CASE("process: wait_for_log gives up early when the child exits", "[support]") {

@@ -1,9 +1,14 @@
 // /metrics of the server and the agent: every scrape is valid Prometheus text (a strict parser,
 // and promtool when installed), and the metrics move when their event happens.
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <thread>
 #include <unistd.h>
+#include <vector>
 
+#include <asio.hpp>
 #include <catch2/catch.hpp>
 
 #include "tests/integration/ha/ha_fleet.h"
@@ -189,4 +194,65 @@ TEST_CASE("metrics: the strict Prometheus text parser rejects what Prometheus re
   CHECK_FALSE(parse_prometheus_text("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 3\n"
                                     "h_count 1\n")
                   .errors.empty());  // no +Inf
+}
+
+TEST_CASE("metrics: http-connect gauges return to 0 after clients reset mid-download",
+          "[e2e][metrics]") {
+  // A client that resets while the agent still sends DATA: the agent's CLOSE_RSP can arrive
+  // while a write to the dead client is in flight, and that write's failure must still finish
+  // the tunnel (established_connections was left counting it; found by the soak test).
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-ha"};
+  FleetServer s(certs, "hc", {"--mode=http-connect"});
+  s.start();
+  FleetAgent a(dir, certs, "a1", s.agent_port(), {});
+  REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
+
+  // The destination: sends until the connection fails.
+  asio::io_context io;
+  asio::ip::tcp::acceptor hose(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const std::string target = "127.0.0.1:" + std::to_string(hose.local_endpoint().port());
+  constexpr int kTunnels = 150;
+  std::vector<std::thread> senders;
+  std::atomic<bool> stop{false};
+  std::thread acceptor([&] {
+    for (;;) {
+      std::error_code ec;
+      auto peer = std::make_shared<asio::ip::tcp::socket>(hose.accept(ec));
+      if (ec || stop) return;
+      senders.emplace_back([peer] {
+        std::string chunk(64 * 1024, 'h');
+        std::error_code wec;
+        while (!wec) asio::write(*peer, asio::buffer(chunk), wec);
+      });
+    }
+  });
+  for (int i = 0; i < kTunnels; ++i) {
+    asio::local::stream_protocol::socket c(io);
+    c.connect(asio::local::stream_protocol::endpoint(s.uds_path()));
+    const std::string req = "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n";
+    asio::write(c, asio::buffer(req));
+    std::string got;
+    char buf[16384];
+    while (got.find("\r\n\r\n") == std::string::npos || got.size() < 100000) {
+      got.append(buf, c.read_some(asio::buffer(buf)));
+    }
+    c.set_option(asio::socket_base::linger(true, 0));
+    c.close();  // bytes unread: the server's next read is ECONNRESET
+    if (got.rfind("HTTP/1.1 200", 0) != 0) {
+      FAIL_CHECK("tunnel " << i << " answered " << got.substr(0, got.find("\r\n")));
+      break;
+    }
+  }
+  stop = true;
+  asio::ip::tcp::socket wake(io);
+  wake.connect(hose.local_endpoint());
+  acceptor.join();
+  for (auto& t : senders) t.join();
+  auto gauge = [&](const std::string& name) { return s.metric(kServer + name).value_or(-1); };
+  CHECK(eventually([&] { return gauge("http_connections") == 0; }, 10s));
+  CHECK(eventually([&] { return gauge("established_connections") == 0; }, 10s));
+  CHECK(gauge("established_connections") == 0);
+  CHECK(gauge("pending_backend_dials") == 0);
+  CHECK(eventually([&] { return a.metric(kAgent + "open_endpoint_connections") == 0.0; }, 10s));
 }
