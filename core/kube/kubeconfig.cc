@@ -1,9 +1,5 @@
 #include "core/kube/kubeconfig.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -11,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <spawn.h>
 #include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
@@ -126,8 +125,8 @@ void merge_file(const std::string& file, Merged& m) {
       std::string name = item["name"].as<std::string>();
       YAML::Node body = item[inner];
       if (body && !body.IsNull() && !body.IsMap()) {
-        throw KubeconfigError("kubeconfig " + dq(file) + ": " + key + "[" + dq(name) +
-                              "]." + inner + ": expected a mapping");
+        throw KubeconfigError("kubeconfig " + dq(file) + ": " + key + "[" + dq(name) + "]." +
+                              inner + ": expected a mapping");
       }
       // First file to define a name wins (kubectl's merge rule).
       into.emplace(name, Entry{body ? body : YAML::Node(YAML::NodeType::Map), file,
@@ -220,14 +219,23 @@ std::optional<std::string> decode_base64(const std::string& text) {
   int pad = 0;
   for (char c : text) {
     int v;
-    if (c >= 'A' && c <= 'Z') v = c - 'A';
-    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9') v = c - '0' + 52;
-    else if (c == '+') v = 62;
-    else if (c == '/') v = 63;
-    else if (c == '=') { ++pad; continue; }
-    else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
-    else return std::nullopt;
+    if (c >= 'A' && c <= 'Z')
+      v = c - 'A';
+    else if (c >= 'a' && c <= 'z')
+      v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9')
+      v = c - '0' + 52;
+    else if (c == '+')
+      v = 62;
+    else if (c == '/')
+      v = 63;
+    else if (c == '=') {
+      ++pad;
+      continue;
+    } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t')
+      continue;
+    else
+      return std::nullopt;
     if (pad > 0) return std::nullopt;
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
@@ -240,9 +248,7 @@ std::optional<std::string> decode_base64(const std::string& text) {
   return out;
 }
 
-std::string RestConfig::host_port() const {
-  return core::net::HostPort{host, port}.to_string();
-}
+std::string RestConfig::host_port() const { return core::net::HostPort{host, port}.to_string(); }
 
 std::string RestConfig::host_header() const {
   uint16_t def = scheme == "https" ? 443 : 80;
@@ -275,8 +281,8 @@ RestConfig load_rest_config(const KubeconfigOverrides& ov, const KubeconfigEnvir
   }
 
   RestConfig rc;
-  bool nothing_loaded = m.clusters.empty() && m.users.empty() && m.contexts.empty() &&
-                        m.current_context.empty();
+  bool nothing_loaded =
+      m.clusters.empty() && m.users.empty() && m.contexts.empty() && m.current_context.empty();
   if (nothing_loaded && ov.server.empty() && ov.context.empty() && ov.cluster.empty()) {
     if (!env.service_host.empty() && !env.service_port.empty()) {
       // In-cluster: the pod's service account, as rest.InClusterConfig.
@@ -369,7 +375,8 @@ RestConfig load_rest_config(const KubeconfigOverrides& ov, const KubeconfigEnvir
       rc.password = scalar(e.node, "password", e);
       rc.impersonate_user = scalar(e.node, "as", e);
       if (e.node["as-groups"] && e.node["as-groups"].IsSequence()) {
-        for (const auto& g : e.node["as-groups"]) rc.impersonate_groups.push_back(g.as<std::string>());
+        for (const auto& g : e.node["as-groups"])
+          rc.impersonate_groups.push_back(g.as<std::string>());
       }
       if (YAML::Node x = e.node["exec"]; x && !x.IsNull()) {
         if (!x.IsMap()) {
@@ -380,10 +387,10 @@ RestConfig load_rest_config(const KubeconfigOverrides& ov, const KubeconfigEnvir
         ExecConfig exec;
         exec.command = scalar(x, "command", xe);
         if (exec.command.empty()) {
-          throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + xe.field +
-                                ".command: missing");
+          throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + xe.field + ".command: missing");
         }
-        if (exec.command.find('/') != std::string::npos) exec.command = resolve(exec.command, e.file);
+        if (exec.command.find('/') != std::string::npos)
+          exec.command = resolve(exec.command, e.file);
         exec.api_version = scalar(x, "apiVersion", xe);
         if (x["args"] && x["args"].IsSequence()) {
           for (const auto& a : x["args"]) exec.args.push_back(a.as<std::string>());
@@ -479,6 +486,10 @@ CredentialSource::Credential CredentialSource::run_exec() {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
+  // The plugin gets stdin, the pipe as stdout and stderr, nothing else: Asio opens sockets without
+  // O_CLOEXEC, so it would otherwise inherit the listener and every client and apiserver
+  // connection of the process (and hold them open for as long as it runs).
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   std::vector<std::string> argv_s{x.command};
   argv_s.insert(argv_s.end(), x.args.begin(), x.args.end());
   std::vector<char*> argv;

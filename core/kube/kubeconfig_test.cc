@@ -1,9 +1,13 @@
 #include "core/kube/kubeconfig.h"
 
-#include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <string>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
 
 using namespace konn::core::kube;
 namespace fs = std::filesystem;
@@ -185,11 +189,11 @@ TEST_CASE("in-cluster fallback uses the service account", "[kubeconfig]") {
 TEST_CASE("exec credential plugin output is used and cached", "[kubeconfig]") {
   TempDir d;
   std::string counter = (d.path / "count").string();
-  std::string plugin = d.write("plugin.sh",
-                               "#!/bin/sh\necho x >> " + counter +
-                                   "\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
-                                   "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"exec-tok\","
-                                   "\"expirationTimestamp\":\"2099-01-01T00:00:00Z\"}}'\n");
+  std::string plugin =
+      d.write("plugin.sh", "#!/bin/sh\necho x >> " + counter +
+                               "\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+                               "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"exec-tok\","
+                               "\"expirationTimestamp\":\"2099-01-01T00:00:00Z\"}}'\n");
   fs::permissions(plugin, fs::perms::owner_all);
   std::string cfg = d.write("config", R"(
 clusters: [{name: c, cluster: {server: "https://h:1"}}]
@@ -208,6 +212,41 @@ current-context: x
   std::ifstream in(counter);
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(all == "x\n");  // ran once, then cached until expiry
+}
+
+TEST_CASE("an exec plugin inherits no descriptor beyond stdin, stdout and stderr", "[kubeconfig]") {
+  TempDir d;
+  // A socket without O_CLOEXEC, as Asio opens them, is open while the plugin runs.
+  int leaky = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(leaky >= 0);
+  std::string seen = (d.path / "fds").string();
+  std::string plugin =
+      d.write("plugin.sh", "#!/bin/sh\nls /proc/$$/fd > " + seen +
+                               "\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+                               "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'\n");
+  fs::permissions(plugin, fs::perms::owner_all);
+  std::string cfg = d.write("config", R"(
+clusters: [{name: c, cluster: {server: "https://h:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: ./plugin.sh}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+)");
+  KubeconfigOverrides o;
+  o.kubeconfig = cfg;
+  auto rc = load_rest_config(o, no_env());  // CredentialSource keeps a reference to it
+  CredentialSource creds(rc);
+  CHECK(creds.current().authorization == "Bearer t");
+  ::close(leaky);
+  std::ifstream in(seen);
+  std::set<std::string> fds;
+  for (std::string fd; in >> fd;) fds.insert(fd);
+  // 0-2, plus the descriptor the shell itself holds open on its script (numbered above 9 by
+  // dash); never the socket.
+  CHECK(fds.count(std::to_string(leaky)) == 0);
+  for (const auto& fd : fds) {
+    int n = std::stoi(fd);
+    CHECK((n <= 2 || n >= 10));
+  }
 }
 
 TEST_CASE("base64 encodes with padding and round-trips through decode", "[kubeconfig]") {
