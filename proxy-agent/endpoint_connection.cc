@@ -80,8 +80,7 @@ void EndpointConnection::deliver(Packet&& data) {
       asio::post(ctx_, [self = shared_from_this()] {
         if (self->state_ == State::Closed) return;
         self->stats_->queue_overflow_closes.fetch_add(1, std::memory_order_relaxed);
-        self->close("write queue over its cap",
-                    CloseFlags::SendCloseResponse,
+        self->close("write queue over its cap", CloseFlags::SendCloseResponse,
                     "konn agent: endpoint write queue over " +
                         std::to_string(self->settings_.write_queue_cap) + " bytes");
       });
@@ -117,8 +116,7 @@ void EndpointConnection::close_write() {
     }
     self->server_eof_ = true;
     if (self->endpoint_eof_) {
-      self->close("both sides finished sending",
-                  CloseFlags::SendCloseResponse | CloseFlags::Flush);
+      self->close("both sides finished sending", CloseFlags::SendCloseResponse | CloseFlags::Flush);
       return;
     }
     self->maybe_shutdown_write();
@@ -173,9 +171,9 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
   auto self = shared_from_this();
   stats_->dials.fetch_add(1, std::memory_order_relaxed);
   KONN_CONN_LOG((&logger()), debug, *this, "dialing {}", address);
-  auto outcome = co_await (core::net::dial_tcp(ctx_.get_executor(), address,
-                                               settings_.dial_timeout) ||
-                           cancel_timer_.async_wait(use_nothrow));
+  auto outcome =
+      co_await (core::net::dial_tcp(ctx_.get_executor(), address, settings_.dial_timeout) ||
+                cancel_timer_.async_wait(use_nothrow));
   if (outcome.index() == 1 || dial_cancelled_) {
     stats_->dials_cancelled.fetch_add(1, std::memory_order_relaxed);
     close_reason_ = "dial cancelled (DIAL_CLS)";
@@ -201,6 +199,7 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
     co_return;
   }
   set_state(State::Established);
+  stats_->observe_dial(std::chrono::steady_clock::now() - started_);
   stats_->open_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
   Packet rsp = tunnel::make_dial_response(dial_id_, connect_id_);
   rsp.mutable_dialresponse()->set_konnhalfclose(settings_.half_close);
@@ -232,8 +231,8 @@ core::io::Awaitable<void> EndpointConnection::read_loop() {
     // Memory is taken only now that bytes are there. Small amounts get a buffer of their exact
     // size (no copy later); otherwise a full chunk so one read takes all that arrived since.
     size_t available = socket_.available(ec);
-    size_t want = ec || available >= tunnel::kSmallRead ? tunnel::kReadChunk
-                                                        : std::max<size_t>(available, 1);
+    size_t want =
+        ec || available >= tunnel::kSmallRead ? tunnel::kReadChunk : std::max<size_t>(available, 1);
     if (settings_.flow_control) want = std::min(want, static_cast<size_t>(credit_));
     if (want == 0) {  // cannot happen while the gate is open; stay safe anyway
       pause(PauseReason::NoCredit);
@@ -402,8 +401,8 @@ void EndpointConnection::finish_close() {
     writes_.pop_back();
   }
   table_->remove(dial_id_, connect_id_, this);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - started_)
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  started_)
                 .count();
   KONN_CONN_LOG((&logger()), info, *this,
                 "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",

@@ -114,8 +114,7 @@ bool ServerStreamReactor::flow_control() const {
 
 std::string ServerStreamReactor::log_prefix() const {
   std::lock_guard lock(mu_);
-  return "[S" + (server_id_.empty() ? std::string("?") : server_id_) + " " + config_.target +
-         "] ";
+  return "[S" + (server_id_.empty() ? std::string("?") : server_id_) + " " + config_.target + "] ";
 }
 
 void ServerStreamReactor::OnReadInitialMetadataDone(bool ok) {
@@ -175,6 +174,18 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
       why = handshake_error_ + (status.ok() ? "" : " (" + status.error_message() + ")");
     }
   }
+  // As upstream: a failed receive (not a clean end) and a failed send are stream errors, and
+  // also the deprecated server_connection_failure_count. Our own cancellation is neither.
+  if (!handshake_failed && !status.ok() && !cancelled_by_us_) {
+    std::string code = tunnel::grpc_code_name(status.error_code());
+    stats_->stream_error("to_agent", code, "Unknown");
+    stats_->server_recv_failures.fetch_add(1, std::memory_order_relaxed);
+    if (int type = failed_write_type_; type >= 0) {
+      stats_->stream_error("from_agent", code,
+                           tunnel::packet_type_label(tunnel::packet_type_slot(type)));
+      stats_->server_send_failures.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   end(why);
   std::shared_ptr<ServerStreamReactor> last;
   {
@@ -199,7 +210,16 @@ void ServerStreamReactor::start_finish_op(const grpc::Status&) {
   RemoveHold();
 }
 
-void ServerStreamReactor::cancel_op() { context_.TryCancel(); }
+void ServerStreamReactor::cancel_op(const grpc::Status&) {
+  cancelled_by_us_ = true;
+  context_.TryCancel();
+}
+
+void ServerStreamReactor::on_queued(const Packet& p) {
+  stats_->packets_sent[tunnel::packet_type_slot(p.type())].fetch_add(1, std::memory_order_relaxed);
+}
+
+void ServerStreamReactor::on_write_failed(const Packet& p) { failed_write_type_ = p.type(); }
 
 void ServerStreamReactor::on_read_end() {
   end("read side ended");
@@ -223,7 +243,8 @@ void ServerStreamReactor::end(const std::string& why) {
 }
 
 void ServerStreamReactor::on_packet(Packet&& p) {
-  stats_->packets_received.fetch_add(1, std::memory_order_relaxed);
+  stats_->packets_received[tunnel::packet_type_slot(p.type())].fetch_add(1,
+                                                                         std::memory_order_relaxed);
   switch (p.type()) {
     case DIAL_REQ:
       handle_dial(p.dialrequest());
@@ -289,8 +310,8 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
     KONN_LOG((&logger()), info, "{}refusing dial {} {}: unsupported protocol", log_prefix(),
              req.protocol(), address);
     send(tunnel::make_dial_response(
-        random, 0, "dial " + req.protocol() + " " + address + ": unknown network " +
-                       req.protocol()));
+        random, 0,
+        "dial " + req.protocol() + " " + address + ": unknown network " + req.protocol()));
     return;
   }
   EndpointSettings settings = config_.endpoint;
@@ -307,8 +328,7 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
   if (!table_->add_dial(random, conn)) {
     KONN_LOG((&logger()), warn, "{}refusing dial {}: dial id {} already in use", log_prefix(),
              address, random);
-    send(tunnel::make_dial_response(random, 0,
-                                    "dial tcp " + address + ": dial id already in use"));
+    send(tunnel::make_dial_response(random, 0, "dial tcp " + address + ": dial id already in use"));
     return;
   }
   conn->start(address);

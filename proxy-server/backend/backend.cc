@@ -48,9 +48,9 @@ void Backend::begin() {
   agent_id_ = ids.front();
   auto idents = metadata_values(*ctx_, "agentidentifiers");
   if (idents.size() > 1) {
-    close(grpc::Status(grpc::StatusCode::UNKNOWN,
-                       "expected at most one set of agent identifiers, got " +
-                           std::to_string(idents.size())));
+    close(grpc::Status(
+        grpc::StatusCode::UNKNOWN,
+        "expected at most one set of agent identifiers, got " + std::to_string(idents.size())));
     return;
   }
   if (!idents.empty()) {
@@ -69,23 +69,24 @@ void Backend::begin() {
     auto auth = metadata_values(*ctx_, "authorization");
     const std::string prefix = "Bearer ";
     if (auth.size() != 1 || auth.front().rfind(prefix, 0) != 0) {
-      KONN_LOG(log_, warn, "agent {} from {} rejected: no bearer token (got {} authorization "
-               "headers)", agent_id_, peer_, auth.size());
+      KONN_LOG(log_, warn,
+               "agent {} from {} rejected: no bearer token (got {} authorization "
+               "headers)",
+               agent_id_, peer_, auth.size());
       close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                          "expected one \"authorization: Bearer <token>\" header"));
       return;
     }
     // The review runs elsewhere; the stream waits (no headers, no reads) until it answers.
-    reviewer->review(auth.front().substr(prefix.size()),
-                     [self = self_](TokenReviewer::Verdict v) {
-                       if (!v.admitted) {
-                         KONN_LOG(self->log_, warn, "agent {} from {} rejected: {}",
-                                  self->agent_id_, self->peer_, v.reason);
-                         self->close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, v.reason));
-                         return;
-                       }
-                       self->admit();
-                     });
+    reviewer->review(auth.front().substr(prefix.size()), [self = self_](TokenReviewer::Verdict v) {
+      if (!v.admitted) {
+        KONN_LOG(self->log_, warn, "agent {} from {} rejected: {}", self->agent_id_, self->peer_,
+                 v.reason);
+        self->close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, v.reason));
+        return;
+      }
+      self->admit();
+    });
     return;
   }
   admit();
@@ -203,7 +204,21 @@ void Backend::on_dial_response(Packet&& p) {
   }
 }
 
+void Backend::on_write_failed(const Packet& p) {
+  if (cancelled_by_us_) return;
+  router_.metrics().stream_error(
+      ServerMetrics::ToAgent,
+      ctx_->IsCancelled() ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, p.type());
+}
+
 void Backend::on_read_end() {
+  // Upstream counts a failed Recv (not a clean end) as a stream error without a packet.
+  if (!read_error_counted_) {
+    read_error_counted_ = true;
+    if (ctx_->IsCancelled() && !cancelled_by_us_) {
+      router_.metrics().stream_error(ServerMetrics::FromAgent, grpc::StatusCode::CANCELLED, -1);
+    }
+  }
   if (registered_.exchange(false)) {
     router_.remove_backend(this);
     size_t pending = 0;

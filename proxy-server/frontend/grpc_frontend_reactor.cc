@@ -19,11 +19,16 @@ using core::tunnel::make_window_update;
 
 const char* GrpcFrontend::to_string(State s) {
   switch (s) {
-    case State::Idle: return "Idle";
-    case State::Dialing: return "Dialing";
-    case State::Established: return "Established";
-    case State::Closing: return "Closing";
-    case State::Closed: return "Closed";
+    case State::Idle:
+      return "Idle";
+    case State::Dialing:
+      return "Dialing";
+    case State::Established:
+      return "Established";
+    case State::Closing:
+      return "Closing";
+    case State::Closed:
+      return "Closed";
   }
   return "?";
 }
@@ -83,8 +88,7 @@ void GrpcFrontend::on_packet(Packet&& p) {
       on_dial_close(p);
       return;
     default:
-      KONN_CONN_LOG(log_, debug, *this, "unexpected packet from frontend ignored: {}",
-                    describe(p));
+      KONN_CONN_LOG(log_, debug, *this, "unexpected packet from frontend ignored: {}", describe(p));
       return;
   }
 }
@@ -197,14 +201,16 @@ void GrpcFrontend::on_client_data(Packet&& p) {
     to_agent_queued_ += bytes;
     // Pausing is idempotent and never starts a read, so it is safe under mu_; resuming is not.
     if (to_agent_queued_ > kToAgentHigh) {
-      if (!paused_queue_) router_.metrics().reads_paused_total.Add({{"reason", "queue_full"}}).Increment();
+      if (!paused_queue_)
+        router_.metrics().reads_paused_total.Add({{"reason", "queue_full"}}).Increment();
       paused_queue_ = true;
       pause_reading(PauseReason::QueueFull);
     }
     if (flow_control_) {
       to_agent_credit_ -= bytes;
       if (to_agent_credit_ <= 0) {
-        if (!paused_credit_) router_.metrics().reads_paused_total.Add({{"reason", "no_credit"}}).Increment();
+        if (!paused_credit_)
+          router_.metrics().reads_paused_total.Add({{"reason", "no_credit"}}).Increment();
         paused_credit_ = true;
         pause_reading(PauseReason::NoCredit);
       }
@@ -221,8 +227,7 @@ void GrpcFrontend::on_client_close_write(const Packet& p) {
   std::shared_ptr<Backend> backend;
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Established || !half_close_ ||
-        p.closewrite().connectid() != connect_id_) {
+    if (state_ != State::Established || !half_close_ || p.closewrite().connectid() != connect_id_) {
       KONN_LOG(log_, debug, "[C{} D{}] KONN_CLOSE_WRITE from frontend ignored (state {})",
                p.closewrite().connectid(), random_, to_string(state_));
       return;
@@ -406,7 +411,18 @@ void GrpcFrontend::backend_gone() {
   close(grpc::Status::OK);
 }
 
+void GrpcFrontend::on_write_failed(const Packet& p) {
+  if (cancelled_by_us_) return;
+  router_.metrics().stream_error(
+      ServerMetrics::ToClient,
+      ctx_->IsCancelled() ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, p.type());
+}
+
 void GrpcFrontend::on_read_end() {
+  // Upstream counts a failed Recv (not a clean end) as a stream error without a packet.
+  if (ctx_->IsCancelled() && !cancelled_by_us_) {
+    router_.metrics().stream_error(ServerMetrics::FromClient, grpc::StatusCode::CANCELLED, -1);
+  }
   State prev;
   std::shared_ptr<Backend> backend;
   int64_t random = 0;
@@ -500,12 +516,13 @@ void GrpcFrontend::OnDone() {
               .count());
     }
   }
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - started_)
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  started_)
                 .count();
-  KONN_CONN_LOG(log_, debug, *this, "tunnel closed: {} address={} from_client={}B to_client={}B "
-                "duration={}ms", close_reason_, address_, bytes_from_client_.load(),
-                bytes_to_client_.load(), ms);
+  KONN_CONN_LOG(log_, debug, *this,
+                "tunnel closed: {} address={} from_client={}B to_client={}B "
+                "duration={}ms",
+                close_reason_, address_, bytes_from_client_.load(), bytes_to_client_.load(), ms);
   auto keep = std::move(self_);  // destroyed last, possibly with this
 }
 

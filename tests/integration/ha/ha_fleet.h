@@ -38,6 +38,8 @@ class FleetServer {
   const std::string& id() const { return id_; }
   uint16_t agent_port() const { return agent_port_; }
   uint16_t health_port() const { return health_port_; }
+  // The frontend's unix socket (gRPC, or CONNECT with --mode=http-connect).
+  std::string uds_path() const { return dir_.file("konn.sock"); }
   // A new frontend channel, connected (waits up to 10 s) unless `wait` is false.
   std::shared_ptr<grpc::Channel> channel(bool wait = true) const;
   PromParse metrics() const;
