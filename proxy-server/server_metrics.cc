@@ -67,6 +67,9 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
                         "konn: tunnel payload bytes, by direction (to_agent, to_client)")),
       limits_hit_total(build(prometheus::BuildCounter(), r, "limits_hit_total",
                              "konn: streams, connections and dials refused by a limit, by limit")),
+      agents_rejected_total(build(prometheus::BuildCounter(), r, "agents_rejected_total",
+                                  "konn: agent streams refused at admission, by reason (metadata, "
+                                  "token, identifiers)")),
       grpc_proxy(grpc_connections.Add({{"service_method", "Proxy"}})),
       grpc_connect(grpc_connections.Add({{"service_method", "Connect"}})),
       pending(pending_backend_dials.Add({})),
@@ -101,8 +104,12 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
   }
   // Shown at 0 from the start, so an alert on a limit has a series before it is first hit.
   for (const char* limit : {"frontend_streams", "pending_dials", "pending_dials_per_agent",
-                            "tunnels_per_agent", "connect_header_size", "dial_request_timeout"}) {
+                            "tunnels_per_agent", "dial_request_timeout", "handshake_timeout",
+                            "connect_header_size", "connect_header_timeout"}) {
     limits_hit_total.Add({{"limit", limit}});
+  }
+  for (const char* reason : {"metadata", "token", "identifiers"}) {
+    agents_rejected_total.Add({{"reason", reason}});
   }
 }
 

@@ -34,9 +34,10 @@ struct ServerMetrics {
   prometheus::Family<prometheus::Counter>& lease_list_total;  // http_status_code, reason
   // konn's own.
   prometheus::Family<prometheus::Counter>& tunnels_over_cap_total;
-  prometheus::Family<prometheus::Counter>& reads_paused_total;  // reason
-  prometheus::Family<prometheus::Counter>& bytes_total;         // direction
-  prometheus::Family<prometheus::Counter>& limits_hit_total;    // limit
+  prometheus::Family<prometheus::Counter>& reads_paused_total;     // reason
+  prometheus::Family<prometheus::Counter>& bytes_total;            // direction
+  prometheus::Family<prometheus::Counter>& limits_hit_total;       // limit
+  prometheus::Family<prometheus::Counter>& agents_rejected_total;  // reason
 
   prometheus::Gauge& grpc_proxy;
   prometheus::Gauge& grpc_connect;
@@ -62,6 +63,10 @@ struct ServerMetrics {
   void stream_error(Segment segment, int code, int type);
   // limits_hit_total{limit} (konn): a limit refused a stream, connection or dial.
   void limit_hit(const std::string& limit) { limits_hit_total.Add({{"limit", limit}}).Increment(); }
+  // agents_rejected_total{reason} (konn): an agent stream refused at admission.
+  void agent_rejected(const std::string& reason) {
+    agents_rejected_total.Add({{"reason", reason}}).Increment();
+  }
   // Recomputes ready_backends{proxy_strategy} and ready_backend_connections.
   void set_ready(const std::string& strategy, double agents) {
     ready_backends.Add({{"proxy_strategy", strategy}}).Set(agents);

@@ -54,6 +54,9 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>, public core::tun
   void begin();
   // Accepted (token reviewed, if required): answer headers, register, start reading.
   void admit();
+  // --verify-agent-identifiers=cert: whether the client certificate proves every identifier;
+  // if not, the stream is finished with PERMISSION_DENIED (logged, counted).
+  bool identifiers_proven();
 
   void start_write_op(const Packet* p, grpc::WriteOptions opts) override { StartWrite(p, opts); }
   void start_read_op(Packet* p) override { StartRead(p); }

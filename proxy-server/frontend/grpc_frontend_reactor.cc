@@ -1,5 +1,6 @@
 #include "proxy-server/frontend/grpc_frontend_reactor.h"
 
+#include "core/config/duration.h"
 #include "core/log/log_macros.h"
 #include "core/net/endpoint.h"
 #include "core/tunnel/packet.h"
@@ -45,7 +46,17 @@ GrpcFrontend* GrpcFrontend::start(grpc::CallbackServerContext* ctx, Router& rout
   std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(ctx, router));
   f->self_ = f;
   router.metrics().grpc_proxy.Increment();
+  if (!router.acquire_frontend(ctx->peer())) {
+    f->close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "too many frontend streams (limit " +
+                              std::to_string(router.options().max_frontend_streams) +
+                              ", --max-frontend-streams)"));
+    return f.get();
+  }
+  f->has_slot_ = true;
   KONN_LOG(f->log_, debug, "frontend stream opened peer={}", ctx->peer());
+  // A stream must dial soon: an idle one would hold its slot for nothing.
+  f->arm_timer(router.options().dial_request_timeout, &GrpcFrontend::on_dial_request_timeout);
   f->start_reading();
   return f.get();
 }
@@ -120,8 +131,8 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
     fail_dial(random, "No agent available");
     return;
   }
-  if (!router_.pending().add(random, self_ptr(), backend.get())) {
-    fail_dial(random, "dial id " + std::to_string(random) + " is already pending");
+  if (auto refused = router_.add_pending(random, self_ptr(), *backend)) {
+    fail_dial(random, refused->error);
     return;
   }
   {
@@ -487,6 +498,23 @@ void GrpcFrontend::on_dial_timeout() {
   fail_dial(random, "Backend dial timeout");
 }
 
+void GrpcFrontend::on_dial_request_timeout() {
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Idle) return;
+    state_ = State::Closed;
+    close_reason_ = "no DIAL_REQ in time";
+  }
+  router_.metrics().limit_hit("dial_request_timeout");
+  KONN_LOG(log_, info,
+           "frontend stream from {} closed: no DIAL_REQ within {} "
+           "(--dial-request-timeout)",
+           ctx_->peer(), core::config::format_go_duration(router_.options().dial_request_timeout));
+  close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                     "no DIAL_REQ within " +
+                         core::config::format_go_duration(router_.options().dial_request_timeout)));
+}
+
 void GrpcFrontend::on_close_timeout() {
   std::shared_ptr<Backend> backend;
   int64_t id = 0;
@@ -506,6 +534,7 @@ void GrpcFrontend::on_close_timeout() {
 void GrpcFrontend::OnDone() {
   mark_done();
   router_.metrics().grpc_proxy.Decrement();
+  if (has_slot_) router_.release_frontend();
   {
     std::lock_guard lock(mu_);
     timer_.reset();

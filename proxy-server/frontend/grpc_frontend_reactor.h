@@ -100,6 +100,7 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   // Runs `fn` on the timer context after `delay` unless the tunnel state changed by then.
   void arm_timer(std::chrono::nanoseconds delay, void (GrpcFrontend::*fn)());
   void on_dial_timeout();
+  void on_dial_request_timeout();
   void on_close_timeout();
   std::shared_ptr<GrpcFrontend> self_ptr();
   void set_reason(const std::string& reason);
@@ -114,6 +115,7 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   std::atomic<uint64_t> bytes_from_client_{0};
   std::atomic<uint64_t> bytes_to_client_{0};
   std::atomic<bool> cancelled_by_us_{false};  // our own abort: not a stream error
+  bool has_slot_ = false;  // took a --max-frontend-streams slot (set in start, read in OnDone)
 
   mutable std::mutex mu_;
   State state_ = State::Idle;

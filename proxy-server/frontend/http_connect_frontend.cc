@@ -31,14 +31,14 @@ using core::tunnel::make_data;
 using core::tunnel::make_dial_request;
 using core::tunnel::make_window_update;
 
-constexpr size_t kMaxHead = 64 * 1024;
-constexpr std::chrono::seconds kHandshakeTimeout(10);
 constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
 std::string status_text(int status) {
   switch (status) {
     case 400:
       return "Bad Request";
+    case 403:
+      return "Forbidden";
     case 405:
       return "Method Not Allowed";
     case 431:
@@ -69,6 +69,9 @@ int status_for_agent_error(const std::string& error) {
     return 504;
   }
   if (error.find("too many open files") != std::string::npos) return 503;
+  // konn's agent: a destination outside its --allowed-destinations, or its connection limit.
+  if (error.find("not allowed by the agent") != std::string::npos) return 403;
+  if (error.find("too many endpoint connections") != std::string::npos) return 503;
   return 502;
 }
 
@@ -94,10 +97,14 @@ class ConnectSession : public Frontend,
         wake_(stream_.get_executor()),
         resume_(stream_.get_executor()) {}
 
-  ~ConnectSession() override { router_.metrics().http_connections.Add({}).Decrement(); }
+  ~ConnectSession() override {
+    router_.metrics().http_connections.Add({}).Decrement();
+    if (has_slot_) router_.release_frontend();
+  }
 
   void start() {
     router_.metrics().http_connections.Add({}).Increment();
+    has_slot_ = router_.acquire_frontend(peer_);
     asio::co_spawn(stream_.get_executor(), run(this->shared_from_this()), asio::detached);
   }
 
@@ -187,17 +194,34 @@ class ConnectSession : public Frontend,
 
   core::io::Awaitable<void> run(std::shared_ptr<ConnectSession> self) {
     (void)self;  // keeps this session alive for the whole coroutine
+    const auto& options = router_.options();
     if constexpr (kTls) {
-      asio::steady_timer t(stream_.get_executor(), kHandshakeTimeout);
+      asio::steady_timer t(stream_.get_executor(), options.tls_handshake_timeout);
       auto r = co_await (stream_.async_handshake(asio::ssl::stream_base::server, use_nothrow) ||
                          t.async_wait(use_nothrow));
-      if (r.index() == 1 || std::get<0>(r) != std::make_tuple(std::error_code())) {
-        KONN_LOG(log_, info, "http-connect client {}: TLS handshake failed or timed out", peer_);
+      if (r.index() == 1) {
+        router_.metrics().limit_hit("handshake_timeout");
+        KONN_LOG(log_, info,
+                 "http-connect client {}: no TLS handshake within {} "
+                 "(--tls-handshake-timeout)",
+                 peer_, core::config::format_go_duration(options.tls_handshake_timeout));
+        co_return;
+      }
+      if (std::get<0>(r) != std::make_tuple(std::error_code())) {
+        KONN_LOG(log_, info, "http-connect client {}: TLS handshake failed: {}", peer_,
+                 std::get<0>(std::get<0>(r)).message());
         co_return;
       }
     }
+    if (!has_slot_) {
+      co_await reply_and_close(503, "too many frontend connections (limit " +
+                                        std::to_string(options.max_frontend_streams) +
+                                        ", --max-frontend-streams)\n");
+      co_return;
+    }
     // Read the CONNECT head within the header timeout (slowloris bound).
-    core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request, kMaxHead);
+    core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request,
+                                   static_cast<size_t>(options.http_connect_max_header_bytes));
     std::string buf(16 * 1024, '\0');
     std::string leftover;
     {
@@ -207,6 +231,7 @@ class ConnectSession : public Frontend,
         auto r = co_await (stream_.async_read_some(asio::buffer(buf), use_nothrow) ||
                            deadline.async_wait(use_nothrow));
         if (r.index() == 1) {
+          router_.metrics().limit_hit("connect_header_timeout");
           KONN_LOG(log_, info, "http-connect client {}: no complete request head in {}; closing",
                    peer_,
                    core::config::format_go_duration(router_.options().http_connect_header_timeout));
@@ -216,6 +241,7 @@ class ConnectSession : public Frontend,
         if (ec) co_return;
         auto res = parser.feed(std::string_view(buf.data(), n));
         if (res.status == core::http::Http1Parser::Status::Invalid) {
+          if (parser.error_status() == 431) router_.metrics().limit_hit("connect_header_size");
           KONN_LOG(log_, info, "http-connect client {}: bad request: {}", peer_, parser.error());
           co_await reply_and_close(parser.error_status(), parser.error() + "\n");
           co_return;
@@ -264,8 +290,9 @@ class ConnectSession : public Frontend,
     flow_control_ = backend_->flow_control();
     half_close_ = backend_->half_close();
     credit_ = core::tunnel::kTunnelWindow;
-    if (!router_.pending().add(random_, this->shared_from_this(), backend_.get())) {
-      co_await reply_and_close(502, "Failed to tunnel dial request: dial id collision");
+    if (auto refused = router_.add_pending(random_, this->shared_from_this(), *backend_)) {
+      co_await reply_and_close(refused->http_status,
+                               "Failed to tunnel dial request: " + refused->error);
       co_return;
     }
     dialing_ = true;
@@ -554,6 +581,7 @@ class ConnectSession : public Frontend,
   bool write_shut_ = false;   // half-close: the client socket's write side is shut down
   bool closed_ = false;
   bool flush_then_close_ = false;
+  bool has_slot_ = false;  // took a --max-frontend-streams slot in start()
   bool socket_done_ = false;
   std::string close_reason_;
   uint64_t bytes_from_client_ = 0;
