@@ -61,9 +61,13 @@ EndpointConnection::EndpointConnection(asio::io_context& ctx,
       gate_timer_(ctx),
       flush_timer_(ctx),
       credit_(tunnel::kTunnelWindow),
-      started_(std::chrono::steady_clock::now()) {}
+      started_(std::chrono::steady_clock::now()) {
+  if (stats_) stats_->endpoint_slots.fetch_add(1, std::memory_order_relaxed);
+}
 
-EndpointConnection::~EndpointConnection() = default;
+EndpointConnection::~EndpointConnection() {
+  if (stats_) stats_->endpoint_slots.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void EndpointConnection::start(std::string address) {
   asio::co_spawn(ctx_, dial(std::move(address)), asio::detached);
@@ -171,9 +175,15 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
   auto self = shared_from_this();
   stats_->dials.fetch_add(1, std::memory_order_relaxed);
   KONN_CONN_LOG((&logger()), debug, *this, "dialing {}", address);
-  auto outcome =
-      co_await (core::net::dial_tcp(ctx_.get_executor(), address, settings_.dial_timeout) ||
-                cancel_timer_.async_wait(use_nothrow));
+  core::net::AddressFilter allowed;
+  if (settings_.destinations) {
+    allowed = [policy = settings_.destinations](const asio::ip::tcp::endpoint& ep) {
+      return policy->allows(ep.address(), ep.port());
+    };
+  }
+  auto outcome = co_await (
+      core::net::dial_tcp(ctx_.get_executor(), address, settings_.dial_timeout, allowed) ||
+      cancel_timer_.async_wait(use_nothrow));
   if (outcome.index() == 1 || dial_cancelled_) {
     stats_->dials_cancelled.fetch_add(1, std::memory_order_relaxed);
     close_reason_ = "dial cancelled (DIAL_CLS)";
@@ -181,6 +191,15 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
     co_return;
   }
   auto& result = std::get<0>(outcome);
+  if (result.ec == konn::Errc::DestinationNotAllowed) {
+    stats_->dials_refused[AgentStats::RefusedDestination].fetch_add(1, std::memory_order_relaxed);
+    std::string error = result.error_text + " by the agent's --allowed-destinations";
+    KONN_CONN_LOG((&logger()), warn, *this, "dial refused: {}", error);
+    stream_->send(tunnel::make_dial_response(dial_id_, 0, error));
+    close_reason_ = "dial refused: destination not allowed";
+    finish_close();
+    co_return;
+  }
   if (result.ec) {
     if (result.ec == konn::Errc::DialTimeout) {
       stats_->dial_timeouts.fetch_add(1, std::memory_order_relaxed);

@@ -47,8 +47,6 @@ Handshake check_headers(const std::multimap<grpc::string_ref, grpc::string_ref>&
   return h;
 }
 
-bool supported_protocol(const std::string& p) { return p == "tcp" || p == "tcp4" || p == "tcp6"; }
-
 }  // namespace
 
 std::shared_ptr<ServerStreamReactor> ServerStreamReactor::create(
@@ -306,12 +304,29 @@ void ServerStreamReactor::on_packet(Packet&& p) {
 void ServerStreamReactor::handle_dial(const DialRequest& req) {
   const std::string& address = req.address();
   int64_t random = req.random();
-  if (!supported_protocol(req.protocol())) {
-    KONN_LOG((&logger()), info, "{}refusing dial {} {}: unsupported protocol", log_prefix(),
-             req.protocol(), address);
+  // Only TCP: upstream dials the protocol verbatim (udp, unix, ...), which would let a dial reach
+  // sockets and services a TCP proxy never should.
+  if (req.protocol() != "tcp") {
+    stats_->dials_refused[AgentStats::RefusedProtocol].fetch_add(1, std::memory_order_relaxed);
+    KONN_LOG((&logger()), warn, "{}[D{}] dial refused: protocol \"{}\" to {} (only tcp is dialled)",
+             log_prefix(), random, req.protocol(), address);
     send(tunnel::make_dial_response(
         random, 0,
         "dial " + req.protocol() + " " + address + ": unknown network " + req.protocol()));
+    return;
+  }
+  int64_t limit = config_.max_endpoint_connections;
+  if (limit > 0 && stats_->endpoint_slots.load(std::memory_order_relaxed) >= limit) {
+    stats_->limits_hit[AgentStats::LimitEndpointConnections].fetch_add(1,
+                                                                       std::memory_order_relaxed);
+    KONN_LOG((&logger()), warn,
+             "{}[D{}] dial to {} refused: {} endpoint connections open "
+             "(--max-endpoint-connections)",
+             log_prefix(), random, address, limit);
+    send(tunnel::make_dial_response(random, 0,
+                                    "dial tcp " + address +
+                                        ": konn agent: too many endpoint connections (limit " +
+                                        std::to_string(limit) + ", --max-endpoint-connections)"));
     return;
   }
   EndpointSettings settings = config_.endpoint;

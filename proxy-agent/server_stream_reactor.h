@@ -27,6 +27,8 @@ struct StreamConfig {
   std::string agent_identifiers;  // sent always, maybe empty
   std::string token;              // raw file contents; empty: no authorization header
   EndpointSettings endpoint;      // flow_control is decided per stream from the headers
+  // --max-endpoint-connections (0: no limit), over every stream (AgentStats::endpoint_slots).
+  int64_t max_endpoint_connections = 0;
 };
 
 // What the server's response headers said.
