@@ -8,8 +8,11 @@ namespace {
 constexpr char kPrefix[] = "konnectivity_network_proxy_agent_";
 
 // Upstream's agent latency buckets (5 ms .. 30 s), used for dials and lease lists.
-const prometheus::Histogram::BucketBoundaries kLatencyBuckets(AgentStats::kDialBuckets.begin(),
-                                                              AgentStats::kDialBuckets.end());
+const prometheus::Histogram::BucketBoundaries& latency_buckets() {
+  static const prometheus::Histogram::BucketBoundaries buckets(AgentStats::kDialBuckets.begin(),
+                                                               AgentStats::kDialBuckets.end());
+  return buckets;
+}
 
 }  // namespace
 
@@ -30,7 +33,7 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
                         .Name(std::string(kPrefix) + "dial_duration_seconds")
                         .Help("Latency of dial to the remote endpoint in seconds")
                         .Register(r)
-                        .Add({}, kLatencyBuckets);
+                        .Add({}, latency_buckets());
   gauge(std::string(kPrefix) + "open_server_connections",
         "Current number of open connections to proxy-servers", s.open_server_connections);
   gauge(std::string(kPrefix) + "known_server_count",
@@ -133,7 +136,7 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
 void AgentMetrics::lease_list(int http_status, const std::string& reason, double seconds) {
   std::string code = std::to_string(http_status);
   lease_lists_->Add({{"http_response_code", code}, {"reason", reason}}).Increment();
-  lease_list_latency_->Add({{"http_response_code", code}}, kLatencyBuckets).Observe(seconds);
+  lease_list_latency_->Add({{"http_response_code", code}}, latency_buckets()).Observe(seconds);
 }
 
 std::string AgentMetrics::serialize() {

@@ -133,7 +133,10 @@ std::optional<DestinationPolicy> DestinationPolicy::parse(const std::vector<std:
     std::string why;
     auto r = parse_rule(text, &why);
     if (!r) {
-      *error = "\"" + text + "\": " + why;
+      *error = "\"";
+      *error += text;
+      *error += "\": ";
+      *error += why;
       return std::nullopt;
     }
     any_allow = any_allow || !r->deny;

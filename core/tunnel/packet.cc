@@ -98,12 +98,12 @@ std::string packet_type_label(int slot) {
 }
 
 std::string grpc_code_name(int code) {
-  static const char* const kNames[] = {
+  static const char* const names[] = {
       "OK",       "Canceled",       "Unknown",          "InvalidArgument",   "DeadlineExceeded",
       "NotFound", "AlreadyExists",  "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
       "Aborted",  "OutOfRange",     "Unimplemented",    "Internal",          "Unavailable",
       "DataLoss", "Unauthenticated"};
-  if (code >= 0 && code < static_cast<int>(std::size(kNames))) return kNames[code];
+  if (code >= 0 && code < static_cast<int>(std::size(names))) return names[code];
   return "Code(" + std::to_string(code) + ")";
 }
 

@@ -28,13 +28,13 @@ std::vector<std::string> unproven_identifiers(const core::tunnel::AgentIdentifie
   for (const auto& host : ids.hosts) {
     bool proven = std::any_of(cert.dns.begin(), cert.dns.end(),
                               [&](const std::string& d) { return same_name(d, host); });
-    if (!proven) out.push_back("host=" + host);
+    if (!proven) out.emplace_back("host=" + host);
   }
   for (const auto& ip : ids.ipv4) {
-    if (!has_ip(cert, ip)) out.push_back("ipv4=" + ip);
+    if (!has_ip(cert, ip)) out.emplace_back("ipv4=" + ip);
   }
   for (const auto& ip : ids.ipv6) {
-    if (!has_ip(cert, ip)) out.push_back("ipv6=" + ip);
+    if (!has_ip(cert, ip)) out.emplace_back("ipv6=" + ip);
   }
   if (!ids.cidrs.empty() || ids.default_route) {
     auto listed = [&](const std::string& name) {
@@ -44,8 +44,8 @@ std::vector<std::string> unproven_identifiers(const core::tunnel::AgentIdentifie
     bool route_agent =
         listed(cert.common_name) || std::any_of(cert.dns.begin(), cert.dns.end(), listed);
     if (!route_agent) {
-      for (const auto& c : ids.cidrs) out.push_back("cidr=" + c);
-      if (ids.default_route) out.push_back("default-route=true");
+      for (const auto& c : ids.cidrs) out.emplace_back("cidr=" + c);
+      if (ids.default_route) out.emplace_back("default-route=true");
     }
   }
   return out;
