@@ -275,7 +275,11 @@ TEST_CASE("limits: a gRPC frontend stream that sends no DIAL_REQ is finished", "
   CHECK(st.error_message() == "no DIAL_REQ within 1s");
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
   CHECK(limit_hits(s, "dial_request_timeout") == 1);
-  CHECK(s.metric(kServer + "grpc_connections", {{"service_method", "Proxy"}}) == 0);
+  CHECK(eventually(
+      [&] {
+        return s.metric(kServer + "grpc_connections", {{"service_method", "Proxy"}}) == 0;
+      },
+      10s));
 }
 
 TEST_CASE("limits: the agent's --max-endpoint-connections refuses further dials", "[e2e][limits]") {
