@@ -7,6 +7,13 @@ namespace {
 
 constexpr char kPrefix[] = "konnectivity_network_proxy_agent_";
 
+// Upstream's agent latency buckets (5 ms .. 30 s), used for dials and lease lists.
+const prometheus::Histogram::BucketBoundaries& latency_buckets() {
+  static const prometheus::Histogram::BucketBoundaries buckets(AgentStats::kDialBuckets.begin(),
+                                                               AgentStats::kDialBuckets.end());
+  return buckets;
+}
+
 }  // namespace
 
 AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std::move(stats)) {
@@ -22,6 +29,11 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
     counters_.push_back({&source, &family.Add(labels), 0});
   };
   const AgentStats& s = *stats_;
+  dial_duration_ = &prometheus::BuildHistogram()
+                        .Name(std::string(kPrefix) + "dial_duration_seconds")
+                        .Help("Latency of dial to the remote endpoint in seconds")
+                        .Register(r)
+                        .Add({}, latency_buckets());
   gauge(std::string(kPrefix) + "open_server_connections",
         "Current number of open connections to proxy-servers", s.open_server_connections);
   gauge(std::string(kPrefix) + "known_server_count",
@@ -36,16 +48,30 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
                             .Register(r);
   counter(dial_failures, {{"reason", "timeout"}}, s.dial_timeouts);
   counter(dial_failures, {{"reason", "unknown"}}, s.dial_failures);
-  auto& server_failures = prometheus::BuildCounter()
-                              .Name(std::string(kPrefix) + "server_connection_failure_count")
-                              .Help("Failed attempts to connect to a proxy-server (deprecated)")
-                              .Register(r);
-  counter(server_failures, {{"direction", "to_server"}}, s.server_connect_failures);
+  auto& server_failures =
+      prometheus::BuildCounter()
+          .Name(std::string(kPrefix) + "server_connection_failure_count")
+          .Help(
+              "Failures to send to (to_server) or receive from (from_server) a proxy-server "
+              "(deprecated: use stream_errors_total)")
+          .Register(r);
+  counter(server_failures, {{"direction", "to_server"}}, s.server_send_failures);
+  counter(server_failures, {{"direction", "from_server"}}, s.server_recv_failures);
   auto& packets = prometheus::BuildCounter()
                       .Name(std::string(kPrefix) + "stream_packets_total")
-                      .Help("Packets received from proxy-servers")
+                      .Help(
+                          "Packets sent to (from_agent) and received from (to_agent) "
+                          "proxy-servers, by packet type")
                       .Register(r);
-  counter(packets, {{"segment", "to_agent"}}, s.packets_received);
+  for (int t = 0; t < core::tunnel::kPacketTypeSlots; ++t) {
+    std::string type = core::tunnel::packet_type_label(t);
+    counter(packets, {{"segment", "from_agent"}, {"packet_type", type}}, s.packets_sent[t]);
+    counter(packets, {{"segment", "to_agent"}, {"packet_type", type}}, s.packets_received[t]);
+  }
+  stream_errors_ = &prometheus::BuildCounter()
+                        .Name(std::string(kPrefix) + "stream_errors_total")
+                        .Help("gRPC stream errors, by segment, gRPC code and packet type")
+                        .Register(r);
 
   // Leases (--count-server-leases). lease_watches_total is registered as upstream does, and as
   // upstream never incremented: lists are what happen.
@@ -72,28 +98,45 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
   own("dials_cancelled_total", "Dials stopped by DIAL_CLS or a lost stream", {}, s.dials_cancelled);
   own("duplicate_servers_total", "Streams dropped because the server was already connected", {},
       s.duplicate_servers);
+  own("server_connect_failures_total",
+      "Connection attempts to a proxy-server that gave no usable stream", {},
+      s.server_connect_failures);
   own("endpoint_queue_overflow_total",
       "Endpoint connections closed alone because their write queue passed its cap", {},
       s.queue_overflow_closes);
   own("read_pauses_total", "Times an endpoint socket stopped being read (queue or credit)", {},
       s.read_pauses);
   own("window_updates_sent_total", "KONN_WINDOW_UPDATE packets sent", {}, s.window_updates_sent);
-  own("unknown_connect_ids_total", "DATA or CLOSE_REQ for a connection the agent does not have",
-      {}, s.unknown_connect_ids);
+  own("unknown_connect_ids_total", "DATA or CLOSE_REQ for a connection the agent does not have", {},
+      s.unknown_connect_ids);
   auto& bytes = prometheus::BuildCounter()
                     .Name("konn_agent_bytes_total")
                     .Help("Bytes relayed, by direction")
                     .Register(r);
   counter(bytes, {{"direction", "to_endpoint"}}, s.bytes_to_endpoints);
   counter(bytes, {{"direction", "from_endpoint"}}, s.bytes_from_endpoints);
+  auto& refused = prometheus::BuildCounter()
+                      .Name("konn_agent_dials_refused_total")
+                      .Help(
+                          "Dials refused before connecting: destination outside "
+                          "--allowed-destinations, or a protocol other than tcp")
+                      .Register(r);
+  for (int i = 0; i < AgentStats::kRefusedDialReasons; ++i) {
+    counter(refused, {{"reason", AgentStats::kRefusedDialNames[i]}}, s.dials_refused[i]);
+  }
+  auto& limits = prometheus::BuildCounter()
+                     .Name("konn_agent_limits_hit_total")
+                     .Help("Dials refused by a limit, by limit")
+                     .Register(r);
+  for (int i = 0; i < AgentStats::kLimits; ++i) {
+    counter(limits, {{"limit", AgentStats::kLimitNames[i]}}, s.limits_hit[i]);
+  }
 }
 
 void AgentMetrics::lease_list(int http_status, const std::string& reason, double seconds) {
-  static const prometheus::Histogram::BucketBoundaries kBuckets{
-      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
   std::string code = std::to_string(http_status);
   lease_lists_->Add({{"http_response_code", code}, {"reason", reason}}).Increment();
-  lease_list_latency_->Add({{"http_response_code", code}}, kBuckets).Observe(seconds);
+  lease_list_latency_->Add({{"http_response_code", code}}, latency_buckets()).Observe(seconds);
 }
 
 std::string AgentMetrics::serialize() {
@@ -105,6 +148,30 @@ std::string AgentMetrics::serialize() {
     uint64_t now = c.source->load(std::memory_order_relaxed);
     if (now > c.seen) c.target->Increment(static_cast<double>(now - c.seen));
     c.seen = now;
+  }
+  // The histogram takes what was observed since the last scrape, bucket by bucket.
+  std::vector<double> increments(stats_->dial_duration_buckets.size());
+  bool observed = false;
+  for (size_t i = 0; i < increments.size(); ++i) {
+    uint64_t now = stats_->dial_duration_buckets[i].load(std::memory_order_relaxed);
+    increments[i] = static_cast<double>(now - dial_buckets_seen_[i]);
+    observed = observed || now != dial_buckets_seen_[i];
+    dial_buckets_seen_[i] = now;
+  }
+  uint64_t nanos = stats_->dial_duration_nanos.load(std::memory_order_relaxed);
+  if (observed) {
+    dial_duration_->ObserveMultiple(increments,
+                                    static_cast<double>(nanos - dial_nanos_seen_) / 1e9);
+  }
+  dial_nanos_seen_ = nanos;
+  for (const auto& [key, count] : stats_->stream_errors_snapshot()) {
+    uint64_t& seen = stream_errors_seen_[key];
+    if (count > seen) {
+      const auto& [segment, code, type] = key;
+      stream_errors_->Add({{"segment", segment}, {"code", code}, {"packet_type", type}})
+          .Increment(static_cast<double>(count - seen));
+      seen = count;
+    }
   }
   return registry_.serialize();
 }

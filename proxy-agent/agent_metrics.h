@@ -1,8 +1,11 @@
 #pragma once
 
+#include <array>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <prometheus/counter.h>
@@ -14,8 +17,9 @@
 
 namespace konn::agent {
 
-// The agent's /metrics: AgentStats under upstream ANP's agent metric names
-// (konnectivity_network_proxy_agent_*), plus konn's own flow-control counters (konn_agent_*).
+// The agent's /metrics: AgentStats under upstream ANP's agent metric names, types and labels
+// (konnectivity_network_proxy_agent_*), plus konn's own counters (konn_agent_*: flow control,
+// bytes, refused dials, limits).
 // The data plane only bumps AgentStats atomics; serialize() copies them into the Prometheus
 // registry at scrape time. Thread-safe (one lock, held during a scrape).
 class AgentMetrics {
@@ -45,6 +49,11 @@ class AgentMetrics {
   core::metrics::Registry registry_;
   std::vector<CounterLink> counters_;
   std::vector<GaugeLink> gauges_;
+  prometheus::Histogram* dial_duration_ = nullptr;
+  std::array<uint64_t, AgentStats::kDialBuckets.size() + 1> dial_buckets_seen_{};
+  uint64_t dial_nanos_seen_ = 0;
+  prometheus::Family<prometheus::Counter>* stream_errors_ = nullptr;
+  std::map<std::tuple<std::string, std::string, std::string>, uint64_t> stream_errors_seen_;
   prometheus::Family<prometheus::Counter>* lease_lists_ = nullptr;
   prometheus::Family<prometheus::Histogram>* lease_list_latency_ = nullptr;
 };

@@ -1,7 +1,6 @@
 #include "proxy-agent/agent_options.h"
 
 #include <arpa/inet.h>
-
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -63,8 +62,8 @@ bool is_cidr(const std::string& s) {
 }
 
 bool is_go_bool(const std::string& s) {
-  for (const char* b : {"1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false",
-                        "False"}) {
+  for (const char* b :
+       {"1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"}) {
     if (s == b) return true;
   }
   return false;
@@ -74,8 +73,8 @@ bool valid_log_level(const std::string& level) {
   int v = 0;
   auto [ptr, ec] = std::from_chars(level.data(), level.data() + level.size(), v);
   if (!level.empty() && ec == std::errc() && ptr == level.data() + level.size()) return v >= 0;
-  for (const char* name : {"trace", "debug", "info", "warn", "warning", "error", "err",
-                           "critical", "off"}) {
+  for (const char* name :
+       {"trace", "debug", "info", "warn", "warning", "error", "err", "critical", "off"}) {
     if (level == name) return true;
   }
   return false;
@@ -100,16 +99,18 @@ std::vector<std::string> validate_agent_identifiers(const std::string& query) {
     }
     auto eq = part.find('=');
     auto key = query_unescape(part.substr(0, eq));
-    auto value = query_unescape(eq == std::string_view::npos ? std::string_view{}
-                                                             : part.substr(eq + 1));
+    auto value =
+        query_unescape(eq == std::string_view::npos ? std::string_view{} : part.substr(eq + 1));
     if (!key || !value) {
       errors.push_back(flag + "invalid URL escape in \"" + std::string(part) + "\"");
       continue;
     }
     if (*key == "ipv4") {
-      if (!is_ipv4(*value)) errors.push_back(flag + "ipv4 \"" + *value + "\" is not an IPv4 address");
+      if (!is_ipv4(*value))
+        errors.push_back(flag + "ipv4 \"" + *value + "\" is not an IPv4 address");
     } else if (*key == "ipv6") {
-      if (!is_ipv6(*value)) errors.push_back(flag + "ipv6 \"" + *value + "\" is not an IPv6 address");
+      if (!is_ipv6(*value))
+        errors.push_back(flag + "ipv6 \"" + *value + "\" is not an IPv6 address");
     } else if (*key == "cidr") {
       if (!is_cidr(*value)) errors.push_back(flag + "cidr \"" + *value + "\" is not a CIDR block");
     } else if (*key == "host") {
@@ -149,6 +150,12 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("xfr-channel-size", &xfr_channel_size,
         "Per-connection queue depth in packets (kept for compatibility; must be > 0)");
   p.add("dial-timeout", &dial_timeout, "Timeout of each dial to an endpoint");
+  p.add("allowed-destinations", &allowed_destinations,
+        "Where dials may go: rules [!]<ip|cidr|*>[:port[-port]] (IPv6 with a port in brackets), "
+        "checked on every resolved address; allowed when an allow rule covers it and no ! rule "
+        "does. Default: everything but the metadata addresses; * allows everything");
+  p.add("max-endpoint-connections", &max_endpoint_connections,
+        "Endpoint connections (dialling or open) at once; more dials are refused (0: no limit)");
   p.add("warn-on-channel-limit", &warn_on_channel_limit, "Accepted for compatibility");
   p.add("count-server-leases", &count_server_leases,
         "Count the proxy-servers' valid Leases to know how many servers to connect to");
@@ -168,8 +175,7 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("admin-bind-address", &admin_bind_address, "Bind address of the admin /metrics listener");
   p.add("admin-server-port", &admin_server_port, "Port of the admin listener (0: any)");
   p.add("enable-profiling", &enable_profiling, "Accepted for compatibility");
-  p.add("enable-contention-profiling", &enable_contention_profiling,
-        "Accepted for compatibility");
+  p.add("enable-contention-profiling", &enable_contention_profiling, "Accepted for compatibility");
   // klog flags that upstream manifests pass.
   core::config::register_log_flags(p, &log_level, &log_file);
 }
@@ -208,9 +214,16 @@ std::vector<std::string> AgentOptions::validate() const {
   if (keepalive_time.count() <= 0) errors.push_back("--keepalive-time: must be positive");
   if (xfr_channel_size <= 0) errors.push_back("--xfr-channel-size: must be greater than 0");
   if (dial_timeout.count() <= 0) errors.push_back("--dial-timeout: must be positive");
+  std::string policy_error;
+  if (!core::net::DestinationPolicy::parse(allowed_destinations, &policy_error)) {
+    errors.push_back("--allowed-destinations: " + policy_error);
+  }
+  if (max_endpoint_connections < 0) {
+    errors.push_back("--max-endpoint-connections: must be 0 (no limit) or positive");
+  }
   if (server_count_source != "default" && server_count_source != "max") {
-    errors.push_back("--server-count-source: must be default or max, got \"" +
-                     server_count_source + "\"");
+    errors.push_back("--server-count-source: must be default or max, got \"" + server_count_source +
+                     "\"");
   }
   if (count_server_leases) {
     if (lease_label_selector.empty()) {
@@ -234,14 +247,17 @@ std::vector<std::string> AgentOptions::validate() const {
 }
 
 void AgentOptions::print(spdlog::logger& log) const {
-  log.info("proxy-agent starting: agent-id={} identifiers=\"{}\" servers={}:{} mTLS={} token={} "
-           "sync-interval={} sync-interval-cap={} probe-interval={} sync-forever={} "
-           "keepalive-time={} dial-timeout={}",
-           agent_id, agent_identifiers, fmt::join(proxy_server_hosts, ","), proxy_server_port,
-           !agent_cert.empty(), service_account_token_path.empty() ? "none" : "from file",
-           format_go_duration(sync_interval), format_go_duration(sync_interval_cap),
-           format_go_duration(probe_interval), sync_forever, format_go_duration(keepalive_time),
-           format_go_duration(dial_timeout));
+  log.info(
+      "proxy-agent starting: agent-id={} identifiers=\"{}\" servers={}:{} mTLS={} token={} "
+      "sync-interval={} sync-interval-cap={} probe-interval={} sync-forever={} "
+      "keepalive-time={} dial-timeout={}",
+      agent_id, agent_identifiers, fmt::join(proxy_server_hosts, ","), proxy_server_port,
+      !agent_cert.empty(), service_account_token_path.empty() ? "none" : "from file",
+      format_go_duration(sync_interval), format_go_duration(sync_interval_cap),
+      format_go_duration(probe_interval), sync_forever, format_go_duration(keepalive_time),
+      format_go_duration(dial_timeout));
+  log.info("dials allowed to {}; at most {} endpoint connections (0: no limit)",
+           fmt::join(allowed_destinations, ","), max_endpoint_connections);
   if (!alpn_protos.empty()) {
     log.warn("--alpn-proto {} ignored: gRPC C++ 1.51 offers only the h2 ALPN id",
              fmt::join(alpn_protos, ","));

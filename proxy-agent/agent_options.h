@@ -7,6 +7,7 @@
 
 #include "core/config/duration.h"
 #include "core/config/flag_parser.h"
+#include "core/net/destination_policy.h"
 
 namespace konn::agent {
 
@@ -41,6 +42,12 @@ struct AgentOptions {
   // Tunnels.
   int xfr_channel_size = 150;
   Duration dial_timeout = std::chrono::seconds(5);
+  // konn: where dials may go (core::net::DestinationPolicy rules: [!]<ip|cidr|*>[:port[-port]]),
+  // checked on every resolved address. Default: everywhere but the cloud metadata addresses.
+  std::vector<std::string> allowed_destinations = core::net::DestinationPolicy::default_rules();
+  // konn: endpoint connections (dialling or open) at once, over all server streams; further
+  // dials are refused with a DIAL_RSP error (0: no limit).
+  int max_endpoint_connections = 20000;
 
   // Health (/healthz /readyz /metrics) and admin (/metrics) listeners.
   std::string health_server_host;

@@ -54,7 +54,8 @@ TEST_CASE("agent defaults match upstream", "[agent][options]") {
 
 TEST_CASE("agent flags parse with pflag syntax", "[agent][options]") {
   auto p = parse({"--proxy-server-host=a.example,b.example", "--proxy-server-port", "9000",
-                  "--agent-id=node-7", "--agent-identifiers=host=node1&ipv4=10.0.0.5&ipv6=fd00::1"
+                  "--agent-id=node-7",
+                  "--agent-identifiers=host=node1&ipv4=10.0.0.5&ipv6=fd00::1"
                   "&cidr=10.0.0.0/8&default-route=true",
                   "--sync-interval=250ms", "--sync-interval-cap=3s", "--sync-forever",
                   "--keepalive-time=45s", "--dial-timeout=2s", "--xfr-channel-size=10",
@@ -75,15 +76,32 @@ TEST_CASE("agent flags parse with pflag syntax", "[agent][options]") {
 }
 
 TEST_CASE("compatibility and klog flags are accepted", "[agent][options]") {
-  auto p = parse({"--v=4", "--logtostderr=true", "--alsologtostderr", "--log-dir=/tmp",
-                  "--log-file-max-size=100", "--skip-headers", "--one-output=true",
-                  "--stderrthreshold=2", "--vmodule=x=1", "--warn-on-channel-limit",
-                  "--count-server-leases", "--lease-namespace=ns", "--lease-label-selector=a=b",
-                  "--lease-label=a=b", "--server-count-source=max", "--kubeconfig=/kc",
-                  "--kube-api-content-type=application/json", "--health-server-host=0.0.0.0",
-                  "--health-server-port=8093", "--admin-bind-address=127.0.0.1",
-                  "--admin-server-port=8094", "--enable-profiling", "--enable-contention-profiling",
-                  "--add-dir-header", "--skip-log-headers", "--log-backtrace-at=:0"});
+  auto p = parse({"--v=4",
+                  "--logtostderr=true",
+                  "--alsologtostderr",
+                  "--log-dir=/tmp",
+                  "--log-file-max-size=100",
+                  "--skip-headers",
+                  "--one-output=true",
+                  "--stderrthreshold=2",
+                  "--vmodule=x=1",
+                  "--warn-on-channel-limit",
+                  "--count-server-leases",
+                  "--lease-namespace=ns",
+                  "--lease-label-selector=a=b",
+                  "--lease-label=a=b",
+                  "--server-count-source=max",
+                  "--kubeconfig=/kc",
+                  "--kube-api-content-type=application/json",
+                  "--health-server-host=0.0.0.0",
+                  "--health-server-port=8093",
+                  "--admin-bind-address=127.0.0.1",
+                  "--admin-server-port=8094",
+                  "--enable-profiling",
+                  "--enable-contention-profiling",
+                  "--add-dir-header",
+                  "--skip-log-headers",
+                  "--log-backtrace-at=:0"});
   CHECK(p.errors.empty());
   CHECK(p.options.log_level == "4");
 }
@@ -139,4 +157,24 @@ TEST_CASE("lease counting needs a selector and a sane poll interval", "[agent][o
   CHECK(ok.errors.empty());
   CHECK(ok.options.lease_label_selector == "k8s-app=konnectivity-server");
   CHECK(ok.options.server_count_source == "default");
+}
+
+TEST_CASE("allowed destinations: metadata denied by default, rules checked at startup",
+          "[agent][options]") {
+  auto d = parse({});
+  CHECK(d.options.allowed_destinations ==
+        std::vector<std::string>{"*", "!169.254.0.0/16", "!fe80::/10", "!fd00:ec2::254"});
+  CHECK(d.options.max_endpoint_connections == 20000);
+  auto all = parse({"--allowed-destinations=*"});
+  CHECK(all.errors.empty());
+  CHECK(all.options.allowed_destinations == std::vector<std::string>{"*"});
+  auto list = parse({"--allowed-destinations=10.0.0.0/8:10250,[fd00::/8]:443,!10.0.0.1"});
+  CHECK(list.errors.empty());
+  CHECK(list.options.allowed_destinations.size() == 3);
+  CHECK(
+      mentions(parse({"--allowed-destinations="}).errors, "--allowed-destinations: no allow rule"));
+  CHECK(mentions(parse({"--allowed-destinations=metadata.google.internal"}).errors,
+                 "not an IP address"));
+  CHECK(mentions(parse({"--max-endpoint-connections=-1"}).errors, "--max-endpoint-connections"));
+  CHECK(parse({"--max-endpoint-connections=0"}).errors.empty());  // no limit
 }

@@ -61,9 +61,13 @@ EndpointConnection::EndpointConnection(asio::io_context& ctx,
       gate_timer_(ctx),
       flush_timer_(ctx),
       credit_(tunnel::kTunnelWindow),
-      started_(std::chrono::steady_clock::now()) {}
+      started_(std::chrono::steady_clock::now()) {
+  if (stats_) stats_->endpoint_slots.fetch_add(1, std::memory_order_relaxed);
+}
 
-EndpointConnection::~EndpointConnection() = default;
+EndpointConnection::~EndpointConnection() {
+  if (stats_) stats_->endpoint_slots.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void EndpointConnection::start(std::string address) {
   asio::co_spawn(ctx_, dial(std::move(address)), asio::detached);
@@ -80,8 +84,7 @@ void EndpointConnection::deliver(Packet&& data) {
       asio::post(ctx_, [self = shared_from_this()] {
         if (self->state_ == State::Closed) return;
         self->stats_->queue_overflow_closes.fetch_add(1, std::memory_order_relaxed);
-        self->close("write queue over its cap",
-                    CloseFlags::SendCloseResponse,
+        self->close("write queue over its cap", CloseFlags::SendCloseResponse,
                     "konn agent: endpoint write queue over " +
                         std::to_string(self->settings_.write_queue_cap) + " bytes");
       });
@@ -117,8 +120,7 @@ void EndpointConnection::close_write() {
     }
     self->server_eof_ = true;
     if (self->endpoint_eof_) {
-      self->close("both sides finished sending",
-                  CloseFlags::SendCloseResponse | CloseFlags::Flush);
+      self->close("both sides finished sending", CloseFlags::SendCloseResponse | CloseFlags::Flush);
       return;
     }
     self->maybe_shutdown_write();
@@ -173,9 +175,15 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
   auto self = shared_from_this();
   stats_->dials.fetch_add(1, std::memory_order_relaxed);
   KONN_CONN_LOG((&logger()), debug, *this, "dialing {}", address);
-  auto outcome = co_await (core::net::dial_tcp(ctx_.get_executor(), address,
-                                               settings_.dial_timeout) ||
-                           cancel_timer_.async_wait(use_nothrow));
+  core::net::AddressFilter allowed;
+  if (settings_.destinations) {
+    allowed = [policy = settings_.destinations](const asio::ip::tcp::endpoint& ep) {
+      return policy->allows(ep.address(), ep.port());
+    };
+  }
+  auto outcome = co_await (
+      core::net::dial_tcp(ctx_.get_executor(), address, settings_.dial_timeout, allowed) ||
+      cancel_timer_.async_wait(use_nothrow));
   if (outcome.index() == 1 || dial_cancelled_) {
     stats_->dials_cancelled.fetch_add(1, std::memory_order_relaxed);
     close_reason_ = "dial cancelled (DIAL_CLS)";
@@ -183,6 +191,15 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
     co_return;
   }
   auto& result = std::get<0>(outcome);
+  if (result.ec == konn::Errc::DestinationNotAllowed) {
+    stats_->dials_refused[AgentStats::RefusedDestination].fetch_add(1, std::memory_order_relaxed);
+    std::string error = result.error_text + " by the agent's --allowed-destinations";
+    KONN_CONN_LOG((&logger()), warn, *this, "dial refused: {}", error);
+    stream_->send(tunnel::make_dial_response(dial_id_, 0, error));
+    close_reason_ = "dial refused: destination not allowed";
+    finish_close();
+    co_return;
+  }
   if (result.ec) {
     if (result.ec == konn::Errc::DialTimeout) {
       stats_->dial_timeouts.fetch_add(1, std::memory_order_relaxed);
@@ -201,6 +218,7 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
     co_return;
   }
   set_state(State::Established);
+  stats_->observe_dial(std::chrono::steady_clock::now() - started_);
   stats_->open_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
   Packet rsp = tunnel::make_dial_response(dial_id_, connect_id_);
   rsp.mutable_dialresponse()->set_konnhalfclose(settings_.half_close);
@@ -232,8 +250,8 @@ core::io::Awaitable<void> EndpointConnection::read_loop() {
     // Memory is taken only now that bytes are there. Small amounts get a buffer of their exact
     // size (no copy later); otherwise a full chunk so one read takes all that arrived since.
     size_t available = socket_.available(ec);
-    size_t want = ec || available >= tunnel::kSmallRead ? tunnel::kReadChunk
-                                                        : std::max<size_t>(available, 1);
+    size_t want =
+        ec || available >= tunnel::kSmallRead ? tunnel::kReadChunk : std::max<size_t>(available, 1);
     if (settings_.flow_control) want = std::min(want, static_cast<size_t>(credit_));
     if (want == 0) {  // cannot happen while the gate is open; stay safe anyway
       pause(PauseReason::NoCredit);
@@ -402,8 +420,8 @@ void EndpointConnection::finish_close() {
     writes_.pop_back();
   }
   table_->remove(dial_id_, connect_id_, this);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - started_)
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  started_)
                 .count();
   KONN_CONN_LOG((&logger()), info, *this,
                 "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",

@@ -13,6 +13,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "core/io/asio_compat.h"
+#include "core/net/destination_policy.h"
 #include "core/relay/read_gate.h"
 #include "core/tunnel/packet_stream.h"
 #include "proxy-agent/agent_stats.h"
@@ -24,6 +25,8 @@ class ConnectionTable;
 // Per-connection limits; the defaults are what the agent runs with.
 struct EndpointSettings {
   std::chrono::milliseconds dial_timeout{5000};
+  // Where dials may go (--allowed-destinations), checked on every resolved address; null: all.
+  std::shared_ptr<const core::net::DestinationPolicy> destinations;
   // The server announced konn-flow-control: reads stop when the tunnel's window is used up, and
   // credit is returned with KONN_WINDOW_UPDATE. Without it neither happens.
   bool flow_control = false;
@@ -42,7 +45,9 @@ struct EndpointSettings {
 };
 
 // One TCP connection the agent dialled for the server (an ANP "endpoint connection"), and the
-// queues between it and its server stream. It lives on one io_context: every public method may
+// queues between it and its server stream. Each one counts in AgentStats::endpoint_slots from
+// construction to destruction (--max-endpoint-connections). It lives on one io_context: every
+// public method may
 // be called from any thread (gRPC reactions) and only posts work there; everything else runs on
 // that context without locks. Async handlers hold shared_from_this().
 //
@@ -139,17 +144,17 @@ class EndpointConnection : public core::tunnel::WriteListener,
   asio::steady_timer flush_timer_;   // bounds Closing
   bool dial_cancelled_ = false;
   core::relay::ReadGate gate_;
-  int64_t in_stream_ = 0;    // our DATA bytes still in the stream's queue
-  int64_t credit_ = 0;       // flow control: bytes we may still send
-  int64_t unacked_ = 0;      // flow control: bytes written to the socket, credit not returned yet
+  int64_t in_stream_ = 0;      // our DATA bytes still in the stream's queue
+  int64_t credit_ = 0;         // flow control: bytes we may still send
+  int64_t unacked_ = 0;        // flow control: bytes written to the socket, credit not returned yet
   std::deque<Packet> writes_;  // DATA from the server; the first write_count_ are being written
   std::vector<asio::const_buffer> write_buffers_;
   size_t write_count_ = 0;
   bool writing_ = false;
   bool flushing_ = false;
-  bool endpoint_eof_ = false;    // half-close: the endpoint sent EOF, KONN_CLOSE_WRITE sent
-  bool server_eof_ = false;      // half-close: the server sent KONN_CLOSE_WRITE
-  bool write_shut_ = false;      // half-close: our write side of the socket is shut down
+  bool endpoint_eof_ = false;  // half-close: the endpoint sent EOF, KONN_CLOSE_WRITE sent
+  bool server_eof_ = false;    // half-close: the server sent KONN_CLOSE_WRITE
+  bool write_shut_ = false;    // half-close: our write side of the socket is shut down
   std::string close_reason_;
   uint64_t bytes_up_ = 0;    // endpoint -> server
   uint64_t bytes_down_ = 0;  // server -> endpoint

@@ -44,9 +44,19 @@ struct ServerSet::Attempt {
   std::string why;
 };
 
-ServerSet::ServerSet(const AgentOptions& options, core::io::WorkerPool& pool,
-                     asio::io_context& ctx, std::shared_ptr<AgentStats> stats)
-    : options_(options), pool_(pool), ctx_(ctx), stats_(std::move(stats)) {}
+ServerSet::ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
+                     std::shared_ptr<AgentStats> stats)
+    : options_(options), pool_(pool), ctx_(ctx), stats_(std::move(stats)) {
+  std::string error;
+  auto policy = core::net::DestinationPolicy::parse(options_.allowed_destinations, &error);
+  if (!policy) {
+    // validate() refuses such options before we get here; never fall open.
+    KONN_LOG((&logger()), err, "--allowed-destinations: {}; using the default rules", error);
+    policy =
+        core::net::DestinationPolicy::parse(core::net::DestinationPolicy::default_rules(), &error);
+  }
+  destinations_ = std::make_shared<const core::net::DestinationPolicy>(std::move(*policy));
+}
 
 ServerSet::~ServerSet() = default;
 
@@ -81,8 +91,7 @@ bool ServerSet::stop(bool abort, std::chrono::milliseconds wait) {
     if (self->probe_timer_) self->probe_timer_->cancel();
   });
   for (auto& s : streams) {
-    s->close(abort ? grpc::Status(grpc::StatusCode::CANCELLED, "agent stopping")
-                   : grpc::Status::OK,
+    s->close(abort ? grpc::Status(grpc::StatusCode::CANCELLED, "agent stopping") : grpc::Status::OK,
              abort);
   }
   std::unique_lock lock(mu_);
@@ -190,21 +199,22 @@ core::io::Awaitable<void> ServerSet::probe_loop() {
       if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
         KONN_LOG((&logger()), warn, "server {} at {}: connection not ready, dropping it",
                  s->server_id(), s->target());
-        s->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "probe: connection not ready"),
-                 true);
+        s->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "probe: connection not ready"), true);
       }
     }
   }
 }
 
 std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config) {
-  const std::string& host = options_.proxy_server_hosts[next_host_++ %
-                                                        options_.proxy_server_hosts.size()];
+  const std::string& host =
+      options_.proxy_server_hosts[next_host_++ % options_.proxy_server_hosts.size()];
   config->target = join_host_port(host, options_.proxy_server_port);
   config->agent_id = options_.agent_id;
   config->agent_identifiers = options_.agent_identifiers;
   config->endpoint.dial_timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.dial_timeout);
+  config->endpoint.destinations = destinations_;
+  config->max_endpoint_connections = options_.max_endpoint_connections;
 
   // Read at every connect, so a rotated token is picked up.
   if (!options_.service_account_token_path.empty()) {
@@ -289,8 +299,7 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
   attempt->timer.expires_after(kHandshakeTimeout);
   co_await attempt->timer.async_wait(use_nothrow);
   if (!attempt->done) {
-    reactor->close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no response headers"),
-                   true);
+    reactor->close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no response headers"), true);
     while (!attempt->done) {
       attempt->timer.expires_after(std::chrono::seconds(60));
       co_await attempt->timer.async_wait(use_nothrow);

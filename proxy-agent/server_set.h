@@ -31,8 +31,8 @@ namespace konn::agent {
 // --server-count-source=default the lease count, with =max the larger of it and the servercount,
 // otherwise the servercount; never below 1. Until a first lease list succeeded, the servercount.
 //
-// Lock: mu_ guards streams_, server_count_, lease_count_, draining_/stopping_ and live_; taken from gRPC
-// threads (handshake, stream end) and from the loops; never held while calling a reactor.
+// Lock: mu_ guards streams_, server_count_, lease_count_, draining_/stopping_ and live_; taken from
+// gRPC threads (handshake, stream end) and from the loops; never held while calling a reactor.
 class ServerSet : public std::enable_shared_from_this<ServerSet> {
  public:
   ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
@@ -80,19 +80,20 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   // Completes an attempt on ctx (any thread).
   void finish_attempt(const std::weak_ptr<Attempt>& attempt, Outcome outcome,
                       const std::string& why);
-  void on_end(std::shared_ptr<ServerStreamReactor> s, bool handshake_failed,
-              const std::string& why, const std::weak_ptr<Attempt>& attempt);
+  void on_end(std::shared_ptr<ServerStreamReactor> s, bool handshake_failed, const std::string& why,
+              const std::weak_ptr<Attempt>& attempt);
 
   const AgentOptions& options_;
   core::io::WorkerPool& pool_;
   asio::io_context& ctx_;
   std::shared_ptr<AgentStats> stats_;
-  size_t next_host_ = 0;  // connect loop only
+  std::shared_ptr<const core::net::DestinationPolicy> destinations_;  // --allowed-destinations
+  size_t next_host_ = 0;                                              // connect loop only
 
   mutable std::mutex mu_;
   std::condition_variable all_done_;
   std::map<std::string, std::shared_ptr<ServerStreamReactor>> streams_;  // by server id
-  int live_ = 0;  // reactors created whose OnDone has not run yet
+  int live_ = 0;                        // reactors created whose OnDone has not run yet
   int64_t server_count_ = 1;            // last servercount header of a new server
   std::optional<int64_t> lease_count_;  // last lease count, once one was listed
   bool draining_ = false;

@@ -47,8 +47,6 @@ Handshake check_headers(const std::multimap<grpc::string_ref, grpc::string_ref>&
   return h;
 }
 
-bool supported_protocol(const std::string& p) { return p == "tcp" || p == "tcp4" || p == "tcp6"; }
-
 }  // namespace
 
 std::shared_ptr<ServerStreamReactor> ServerStreamReactor::create(
@@ -114,8 +112,7 @@ bool ServerStreamReactor::flow_control() const {
 
 std::string ServerStreamReactor::log_prefix() const {
   std::lock_guard lock(mu_);
-  return "[S" + (server_id_.empty() ? std::string("?") : server_id_) + " " + config_.target +
-         "] ";
+  return "[S" + (server_id_.empty() ? std::string("?") : server_id_) + " " + config_.target + "] ";
 }
 
 void ServerStreamReactor::OnReadInitialMetadataDone(bool ok) {
@@ -175,6 +172,18 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
       why = handshake_error_ + (status.ok() ? "" : " (" + status.error_message() + ")");
     }
   }
+  // As upstream: a failed receive (not a clean end) and a failed send are stream errors, and
+  // also the deprecated server_connection_failure_count. Our own cancellation is neither.
+  if (!handshake_failed && !status.ok() && !cancelled_by_us_) {
+    std::string code = tunnel::grpc_code_name(status.error_code());
+    stats_->stream_error("to_agent", code, "Unknown");
+    stats_->server_recv_failures.fetch_add(1, std::memory_order_relaxed);
+    if (int type = failed_write_type_; type >= 0) {
+      stats_->stream_error("from_agent", code,
+                           tunnel::packet_type_label(tunnel::packet_type_slot(type)));
+      stats_->server_send_failures.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   end(why);
   std::shared_ptr<ServerStreamReactor> last;
   {
@@ -199,7 +208,16 @@ void ServerStreamReactor::start_finish_op(const grpc::Status&) {
   RemoveHold();
 }
 
-void ServerStreamReactor::cancel_op() { context_.TryCancel(); }
+void ServerStreamReactor::cancel_op(const grpc::Status&) {
+  cancelled_by_us_ = true;
+  context_.TryCancel();
+}
+
+void ServerStreamReactor::on_queued(const Packet& p) {
+  stats_->packets_sent[tunnel::packet_type_slot(p.type())].fetch_add(1, std::memory_order_relaxed);
+}
+
+void ServerStreamReactor::on_write_failed(const Packet& p) { failed_write_type_ = p.type(); }
 
 void ServerStreamReactor::on_read_end() {
   end("read side ended");
@@ -223,7 +241,8 @@ void ServerStreamReactor::end(const std::string& why) {
 }
 
 void ServerStreamReactor::on_packet(Packet&& p) {
-  stats_->packets_received.fetch_add(1, std::memory_order_relaxed);
+  stats_->packets_received[tunnel::packet_type_slot(p.type())].fetch_add(1,
+                                                                         std::memory_order_relaxed);
   switch (p.type()) {
     case DIAL_REQ:
       handle_dial(p.dialrequest());
@@ -285,12 +304,29 @@ void ServerStreamReactor::on_packet(Packet&& p) {
 void ServerStreamReactor::handle_dial(const DialRequest& req) {
   const std::string& address = req.address();
   int64_t random = req.random();
-  if (!supported_protocol(req.protocol())) {
-    KONN_LOG((&logger()), info, "{}refusing dial {} {}: unsupported protocol", log_prefix(),
-             req.protocol(), address);
+  // Only TCP: upstream dials the protocol verbatim (udp, unix, ...), which would let a dial reach
+  // sockets and services a TCP proxy never should.
+  if (req.protocol() != "tcp") {
+    stats_->dials_refused[AgentStats::RefusedProtocol].fetch_add(1, std::memory_order_relaxed);
+    KONN_LOG((&logger()), warn, "{}[D{}] dial refused: protocol \"{}\" to {} (only tcp is dialled)",
+             log_prefix(), random, req.protocol(), address);
     send(tunnel::make_dial_response(
-        random, 0, "dial " + req.protocol() + " " + address + ": unknown network " +
-                       req.protocol()));
+        random, 0,
+        "dial " + req.protocol() + " " + address + ": unknown network " + req.protocol()));
+    return;
+  }
+  int64_t limit = config_.max_endpoint_connections;
+  if (limit > 0 && stats_->endpoint_slots.load(std::memory_order_relaxed) >= limit) {
+    stats_->limits_hit[AgentStats::LimitEndpointConnections].fetch_add(1,
+                                                                       std::memory_order_relaxed);
+    KONN_LOG((&logger()), warn,
+             "{}[D{}] dial to {} refused: {} endpoint connections open "
+             "(--max-endpoint-connections)",
+             log_prefix(), random, address, limit);
+    send(tunnel::make_dial_response(random, 0,
+                                    "dial tcp " + address +
+                                        ": konn agent: too many endpoint connections (limit " +
+                                        std::to_string(limit) + ", --max-endpoint-connections)"));
     return;
   }
   EndpointSettings settings = config_.endpoint;
@@ -307,8 +343,7 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
   if (!table_->add_dial(random, conn)) {
     KONN_LOG((&logger()), warn, "{}refusing dial {}: dial id {} already in use", log_prefix(),
              address, random);
-    send(tunnel::make_dial_response(random, 0,
-                                    "dial tcp " + address + ": dial id already in use"));
+    send(tunnel::make_dial_response(random, 0, "dial tcp " + address + ": dial id already in use"));
     return;
   }
   conn->start(address);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -26,6 +27,8 @@ struct StreamConfig {
   std::string agent_identifiers;  // sent always, maybe empty
   std::string token;              // raw file contents; empty: no authorization header
   EndpointSettings endpoint;      // flow_control is decided per stream from the headers
+  // --max-endpoint-connections (0: no limit), over every stream (AgentStats::endpoint_slots).
+  int64_t max_endpoint_connections = 0;
 };
 
 // What the server's response headers said.
@@ -61,12 +64,9 @@ class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
   using EndCallback = std::function<void(std::shared_ptr<ServerStreamReactor> self,
                                          bool handshake_failed, const std::string& why)>;
 
-  static std::shared_ptr<ServerStreamReactor> create(std::shared_ptr<grpc::Channel> channel,
-                                                     StreamConfig config,
-                                                     core::io::WorkerPool& pool,
-                                                     std::shared_ptr<AgentStats> stats,
-                                                     HandshakeCallback on_handshake,
-                                                     EndCallback on_end);
+  static std::shared_ptr<ServerStreamReactor> create(
+      std::shared_ptr<grpc::Channel> channel, StreamConfig config, core::io::WorkerPool& pool,
+      std::shared_ptr<AgentStats> stats, HandshakeCallback on_handshake, EndCallback on_end);
   ~ServerStreamReactor() override;
 
   // Starts the call. Once.
@@ -97,9 +97,11 @@ class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
   void start_write_op(const Packet* p, grpc::WriteOptions opts) override;
   void start_read_op(Packet* p) override;
   void start_finish_op(const grpc::Status& status) override;
-  void cancel_op() override;
+  void cancel_op(const grpc::Status& status) override;
   void on_packet(Packet&& p) override;
   void on_read_end() override;
+  void on_queued(const Packet& p) override;
+  void on_write_failed(const Packet& p) override;
 
  private:
   std::shared_ptr<ServerStreamReactor> self_ptr();
@@ -127,6 +129,10 @@ class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
   bool ended_ = false;
   std::string handshake_error_;
   std::chrono::steady_clock::time_point started_;
+
+  // Stream errors (stream_errors_total), reported from OnDone once the status is known.
+  std::atomic<bool> cancelled_by_us_{false};  // our own close(abort): not a stream error
+  std::atomic<int> failed_write_type_{-1};    // the packet type of a failed write, if any
 };
 
 }  // namespace konn::agent

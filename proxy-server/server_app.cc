@@ -1,10 +1,9 @@
 #include "proxy-server/server_app.h"
 
-#include <sys/stat.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
+#include <sys/stat.h>
 
 #include <asio/steady_timer.hpp>
 #include <grpc/grpc.h>
@@ -15,13 +14,13 @@
 #include "core/kube/api_client.h"
 #include "core/kube/kubeconfig.h"
 #include "core/kube/lease.h"
-#include "proxy-server/auth/token_reviewer.h"
 #include "core/log/log_macros.h"
 #include "core/net/listener.h"
 #include "core/tls/grpc_credentials.h"
 #include "core/tls/tls_context.h"
-#include "proxy-server/frontend/http_connect_frontend.h"
+#include "proxy-server/auth/token_reviewer.h"
 #include "proxy-server/backend/agent_service.h"
+#include "proxy-server/frontend/http_connect_frontend.h"
 #include "proxy-server/frontend/proxy_service.h"
 #include "proxy-server/lease_controller.h"
 #include "proxy-server/tunnel/router.h"
@@ -70,38 +69,40 @@ void ServerApp::start() {
   if (options_.mode == "http-connect") {
     start_http_connect();
   } else {
-  // Frontend: kube-apiserver shares one HTTP/2 connection for all its dials, so the number of
-  // concurrent streams is left unlimited.
-  {
-    grpc::ServerBuilder b;
-    b.SetMaxReceiveMessageSize(kMaxMessageBytes);
-    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options_.frontend_keepalive_time));
-    b.RegisterService(proxy_service_.get());
-    if (!options_.uds_name.empty()) {
-      if (options_.delete_existing_uds_file) core::net::remove_stale_socket(options_.uds_name);
-      b.AddListeningPort("unix:" + options_.uds_name, grpc::InsecureServerCredentials());
-      // umask 0007 while binding: the socket is created 0770 (owner and group only).
-      mode_t old = ::umask(0007);
-      frontend_server_ = b.BuildAndStart();
-      ::umask(old);
-      if (!frontend_server_) {
-        throw std::runtime_error("cannot serve the frontend on unix socket " + options_.uds_name);
+    // Frontend: kube-apiserver shares one HTTP/2 connection for all its dials, so the number of
+    // concurrent streams is left unlimited.
+    {
+      grpc::ServerBuilder b;
+      b.SetMaxReceiveMessageSize(kMaxMessageBytes);
+      b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options_.frontend_keepalive_time));
+      b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                           millis(options_.tls_handshake_timeout));
+      b.RegisterService(proxy_service_.get());
+      if (!options_.uds_name.empty()) {
+        if (options_.delete_existing_uds_file) core::net::remove_stale_socket(options_.uds_name);
+        b.AddListeningPort("unix:" + options_.uds_name, grpc::InsecureServerCredentials());
+        // umask 0007 while binding: the socket is created 0770 (owner and group only).
+        mode_t old = ::umask(0007);
+        frontend_server_ = b.BuildAndStart();
+        ::umask(old);
+        if (!frontend_server_) {
+          throw std::runtime_error("cannot serve the frontend on unix socket " + options_.uds_name);
+        }
+        KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
+      } else {
+        auto creds = core::tls::grpc_server_credentials(options_.server_cert, options_.server_key,
+                                                        options_.server_ca_cert, reload_seconds());
+        b.AddListeningPort(bind_spec(options_.server_bind_address, options_.server_port), creds,
+                           &frontend_port_);
+        frontend_server_ = b.BuildAndStart();
+        if (!frontend_server_ || frontend_port_ == 0) {
+          throw std::runtime_error("cannot serve the frontend on " +
+                                   bind_spec(options_.server_bind_address, options_.server_port));
+        }
+        KONN_LOG(log_, info, "frontend (grpc, mTLS) listening on {}",
+                 bind_spec(options_.server_bind_address, frontend_port_));
       }
-      KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
-    } else {
-      auto creds = core::tls::grpc_server_credentials(options_.server_cert, options_.server_key,
-                                                      options_.server_ca_cert, reload_seconds());
-      b.AddListeningPort(bind_spec(options_.server_bind_address, options_.server_port), creds,
-                         &frontend_port_);
-      frontend_server_ = b.BuildAndStart();
-      if (!frontend_server_ || frontend_port_ == 0) {
-        throw std::runtime_error("cannot serve the frontend on " +
-                                 bind_spec(options_.server_bind_address, options_.server_port));
-      }
-      KONN_LOG(log_, info, "frontend (grpc, mTLS) listening on {}",
-               bind_spec(options_.server_bind_address, frontend_port_));
     }
-  }
   }
   // Agents: always TLS; mTLS when --cluster-ca-cert is given.
   {
@@ -109,6 +110,10 @@ void ServerApp::start() {
     b.SetMaxReceiveMessageSize(kMaxMessageBytes);
     b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options_.keepalive_time));
     b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // A connection that does not finish its TLS handshake in time is dropped (gRPC's default
+    // waits 120 s); counted nowhere, gRPC core does it.
+    b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                         millis(options_.tls_handshake_timeout));
     // Accept agent pings every 30 s or slower, as upstream's enforcement policy does.
     b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 30000);
     b.RegisterService(agent_service_.get());
@@ -147,8 +152,8 @@ void ServerApp::start_leases() {
 void ServerApp::start_token_review() {
   auto rest = core::kube::load_daemon_rest_config(options_.kubeconfig);
   reviewer_ = std::make_unique<TokenReviewer>(
-      core::kube::api_target_from(rest), options_.authentication_audience,
-      options_.agent_namespace, options_.agent_service_account, timers_.get_executor(),
+      core::kube::api_target_from(rest), options_.authentication_audience, options_.agent_namespace,
+      options_.agent_service_account, timers_.get_executor(),
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.authentication_timeout));
   router_->set_reviewer(reviewer_.get());
   KONN_LOG(log_, info,
@@ -186,21 +191,21 @@ void ServerApp::start_http_connect() {
 
 void ServerApp::start_admin() {
   auto metrics = [this](const std::string&) {
-    return core::admin::Response{200, "text/plain; version=0.0.4; charset=utf-8",
-                                 registry_.serialize(), {}};
+    return core::admin::Response{
+        200, "text/plain; version=0.0.4; charset=utf-8", registry_.serialize(), {}};
   };
   auto ok = [](const std::string&) { return core::admin::Response{200, "text/plain", "ok", {}}; };
   auto ready = [this](const std::string& query) {
-    std::vector<core::admin::Check> checks{
-        {"ping", [] { return std::optional<std::string>(); }},
-        {"shutdown", [this]() -> std::optional<std::string> {
-           if (!draining_) return std::nullopt;
-           return "server is shutting down";
-         }},
-        {"backends", [this]() -> std::optional<std::string> {
-           if (router_->backends().ready()) return std::nullopt;
-           return "no connection to any proxy agent";
-         }}};
+    std::vector<core::admin::Check> checks{{"ping", [] { return std::optional<std::string>(); }},
+                                           {"shutdown",
+                                            [this]() -> std::optional<std::string> {
+                                              if (!draining_) return std::nullopt;
+                                              return "server is shutting down";
+                                            }},
+                                           {"backends", [this]() -> std::optional<std::string> {
+                                              if (router_->backends().ready()) return std::nullopt;
+                                              return "no connection to any proxy agent";
+                                            }}};
     return core::admin::readiness(checks, query.find("verbose") != std::string::npos);
   };
   health_ = std::make_unique<core::admin::AdminServer>("health", options_.health_bind_address,
@@ -237,9 +242,13 @@ int ServerApp::run() {
   return 0;
 }
 
-void ServerApp::stop() { asio::post(signals_ctx_, [this] { signals_ctx_.stop(); }); }
+void ServerApp::stop() {
+  asio::post(signals_ctx_, [this] { signals_ctx_.stop(); });
+}
 
-void ServerApp::drain() { asio::post(signals_ctx_, [this] { begin_drain(); }); }
+void ServerApp::drain() {
+  asio::post(signals_ctx_, [this] { begin_drain(); });
+}
 
 double ServerApp::open_tunnels() const {
   return metrics_.grpc_proxy.Value() + metrics_.http_connections.Add({}).Value();

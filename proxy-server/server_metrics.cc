@@ -1,11 +1,10 @@
 #include "proxy-server/server_metrics.h"
 
-#include "core/tunnel/packet.h"
-
 namespace konn::server {
 namespace {
 
 const std::string kPrefix = "konnectivity_network_proxy_server_";
+const char* const kSegmentNames[] = {"from_client", "to_client", "from_agent", "to_agent"};
 
 template <typename Builder>
 auto& build(Builder b, core::metrics::Registry& r, const std::string& name,
@@ -66,16 +65,20 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
                                "konn: times a frontend stream's reading was paused, by reason")),
       bytes_total(build(prometheus::BuildCounter(), r, "bytes_total",
                         "konn: tunnel payload bytes, by direction (to_agent, to_client)")),
+      limits_hit_total(build(prometheus::BuildCounter(), r, "limits_hit_total",
+                             "konn: streams, connections and dials refused by a limit, by limit")),
+      agents_rejected_total(build(prometheus::BuildCounter(), r, "agents_rejected_total",
+                                  "konn: agent streams refused at admission, by reason (metadata, "
+                                  "token, identifiers)")),
       grpc_proxy(grpc_connections.Add({{"service_method", "Proxy"}})),
       grpc_connect(grpc_connections.Add({{"service_method", "Connect"}})),
       pending(pending_backend_dials.Add({})),
       established(established_connections.Add({})),
       dial_duration(dial_duration_seconds.Add(
-          {}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 0.005, 0.025, 0.1, 0.5,
-                                                      2.5, 12.5})),
+          {}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 0.005, 0.025, 0.1, 0.5, 2.5,
+                                                      12.5})),
       connection_duration(connection_duration_seconds.Add(
-          {}, prometheus::Histogram::BucketBoundaries{1, 10, 60, 300, 1800, 3600, 21600,
-                                                      86400})),
+          {}, prometheus::Histogram::BucketBoundaries{1, 10, 60, 300, 1800, 3600, 21600, 86400})),
       bytes_to_agent(bytes_total.Add({{"direction", "to_agent"}})),
       bytes_to_client(bytes_total.Add({{"direction", "to_client"}})) {
   frontend_write_duration_seconds.Add(
@@ -93,29 +96,34 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
                              "backend_close", "backend_dial_timeout", "frontend_close"}) {
     dial_failure_count.Add({{"reason", reason}});
   }
-  const char* segments[kSegments] = {"from_client", "to_client", "from_agent", "to_agent"};
   for (int seg = 0; seg < kSegments; ++seg) {
-    for (int t = 0; t < kTypes; ++t) {
-      std::string type = t <= 6 ? core::tunnel::type_name(t)
-                                : t == 7 ? core::tunnel::type_name(KONN_WINDOW_UPDATE) : "Unknown";
-      packets_[seg][t] =
-          &stream_packets_total.Add({{"segment", segments[seg]}, {"packet_type", type}});
+    for (int t = 0; t < core::tunnel::kPacketTypeSlots; ++t) {
+      packets_[seg][t] = &stream_packets_total.Add(
+          {{"segment", kSegmentNames[seg]}, {"packet_type", core::tunnel::packet_type_label(t)}});
     }
+  }
+  // Shown at 0 from the start, so an alert on a limit has a series before it is first hit.
+  for (const char* limit : {"frontend_streams", "pending_dials", "pending_dials_per_agent",
+                            "tunnels_per_agent", "dial_request_timeout", "handshake_timeout",
+                            "connect_header_size", "connect_header_timeout"}) {
+    limits_hit_total.Add({{"limit", limit}});
+  }
+  for (const char* reason : {"metadata", "token", "identifiers"}) {
+    agents_rejected_total.Add({{"reason", reason}});
   }
 }
 
 namespace {
 
-const prometheus::Histogram::BucketBoundaries kApiLatencyBuckets{0.005, 0.01, 0.025, 0.05, 0.1,
-                                                                 0.25,  0.5,  1,     2.5,  5, 10};
+const prometheus::Histogram::BucketBoundaries kApiLatencyBuckets{
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
 }  // namespace
 
 void ServerMetrics::lease_list(int http_status, const std::string& reason, double seconds) {
   std::string code = std::to_string(http_status);
   lease_list_total.Add({{"http_status_code", code}, {"reason", reason}}).Increment();
-  lease_list_latency_seconds.Add({{"http_status_code", code}}, kApiLatencyBuckets)
-      .Observe(seconds);
+  lease_list_latency_seconds.Add({{"http_status_code", code}}, kApiLatencyBuckets).Observe(seconds);
 }
 
 void ServerMetrics::lease_delete(int http_status, const std::string& reason, double seconds) {
@@ -126,8 +134,15 @@ void ServerMetrics::lease_delete(int http_status, const std::string& reason, dou
 }
 
 void ServerMetrics::packet(Segment segment, int type) {
-  int index = type >= 0 && type <= 6 ? type : type == KONN_WINDOW_UPDATE ? 7 : 8;
-  packets_[segment][index]->Increment();
+  packets_[segment][core::tunnel::packet_type_slot(type)]->Increment();
+}
+
+void ServerMetrics::stream_error(Segment segment, int code, int type) {
+  stream_errors_total
+      .Add({{"segment", kSegmentNames[segment]},
+            {"code", core::tunnel::grpc_code_name(code)},
+            {"packet_type", core::tunnel::packet_type_label(core::tunnel::packet_type_slot(type))}})
+      .Increment();
 }
 
 }  // namespace konn::server

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/metrics/metrics.h"
+#include "core/tunnel/packet.h"
 
 namespace konn::server {
 
@@ -22,8 +23,8 @@ struct ServerMetrics {
   prometheus::Family<prometheus::Gauge>& ready_backends;  // proxy_strategy
   prometheus::Family<prometheus::Gauge>& pending_backend_dials;
   prometheus::Family<prometheus::Gauge>& established_connections;
-  prometheus::Family<prometheus::Gauge>& full_receive_channels;  // service_method
-  prometheus::Family<prometheus::Counter>& dial_failure_count;  // reason (no _total, as upstream)
+  prometheus::Family<prometheus::Gauge>& full_receive_channels;   // service_method
+  prometheus::Family<prometheus::Counter>& dial_failure_count;    // reason (no _total, as upstream)
   prometheus::Family<prometheus::Counter>& stream_packets_total;  // segment, packet_type
   prometheus::Family<prometheus::Counter>& stream_errors_total;   // segment, code, packet_type
   prometheus::Family<prometheus::Counter>& culled_leases_count;
@@ -33,8 +34,10 @@ struct ServerMetrics {
   prometheus::Family<prometheus::Counter>& lease_list_total;  // http_status_code, reason
   // konn's own.
   prometheus::Family<prometheus::Counter>& tunnels_over_cap_total;
-  prometheus::Family<prometheus::Counter>& reads_paused_total;  // reason
-  prometheus::Family<prometheus::Counter>& bytes_total;         // direction
+  prometheus::Family<prometheus::Counter>& reads_paused_total;     // reason
+  prometheus::Family<prometheus::Counter>& bytes_total;            // direction
+  prometheus::Family<prometheus::Counter>& limits_hit_total;       // limit
+  prometheus::Family<prometheus::Counter>& agents_rejected_total;  // reason
 
   prometheus::Gauge& grpc_proxy;
   prometheus::Gauge& grpc_connect;
@@ -55,14 +58,22 @@ struct ServerMetrics {
   enum Segment { FromClient, ToClient, FromAgent, ToAgent, kSegments };
   // Counts one packet; lock-free after construction (counters are looked up once).
   void packet(Segment segment, int type);
+  // stream_errors_total{segment, code, packet_type}: a read (no packet: `type` -1, labelled
+  // "Unknown" as upstream does) or a write of a packet of `type` failed with gRPC status `code`.
+  void stream_error(Segment segment, int code, int type);
+  // limits_hit_total{limit} (konn): a limit refused a stream, connection or dial.
+  void limit_hit(const std::string& limit) { limits_hit_total.Add({{"limit", limit}}).Increment(); }
+  // agents_rejected_total{reason} (konn): an agent stream refused at admission.
+  void agent_rejected(const std::string& reason) {
+    agents_rejected_total.Add({{"reason", reason}}).Increment();
+  }
   // Recomputes ready_backends{proxy_strategy} and ready_backend_connections.
   void set_ready(const std::string& strategy, double agents) {
     ready_backends.Add({{"proxy_strategy", strategy}}).Set(agents);
   }
 
  private:
-  static constexpr int kTypes = 9;  // DIAL_REQ..DRAIN, KONN_WINDOW_UPDATE, anything else
-  prometheus::Counter* packets_[kSegments][kTypes] = {};
+  prometheus::Counter* packets_[kSegments][core::tunnel::kPacketTypeSlots] = {};
 };
 
 }  // namespace konn::server

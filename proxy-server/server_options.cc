@@ -38,6 +38,13 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("agent-service-account", &agent_service_account, "Service account of the agents");
   p.add("authentication-audience", &authentication_audience, "Audience of agent tokens");
   p.add("kubeconfig", &kubeconfig, "kubeconfig for TokenReview and Leases (empty: in-cluster)");
+  p.add("verify-agent-identifiers", &verify_agent_identifiers,
+        "none: trust agent identifiers as sent (upstream); cert: admit an agent only when its "
+        "client certificate proves them (host= a DNS SAN, ipv4=/ipv6= an IP SAN; cidr= and "
+        "default-route= only for --route-agent-names); needs --cluster-ca-cert");
+  p.add("route-agent-names", &route_agent_names,
+        "Certificate names (CN or DNS SAN) of agents that may claim cidr= and default-route= "
+        "identifiers with --verify-agent-identifiers=cert");
   p.add("authentication-timeout", &authentication_timeout,
         "Bound on one agent TokenReview; a slower apiserver rejects the agent");
   p.add("kubeconfig-qps", &kubeconfig_qps, "Client QPS towards the apiserver");
@@ -62,6 +69,22 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
         "tunnels stay up (0: never)");
   p.add("http-connect-header-timeout", &http_connect_header_timeout,
         "How long an HTTP CONNECT client may take to send its request head");
+  p.add("max-frontend-streams", &max_frontend_streams,
+        "Frontend tunnels open at once (gRPC Proxy streams and CONNECT connections); more are "
+        "refused with RESOURCE_EXHAUSTED or HTTP 503 (0: no limit)");
+  p.add("max-pending-dials", &max_pending_dials,
+        "Dials awaiting an agent's answer, in all; more are refused (0: no limit)");
+  p.add("max-pending-dials-per-agent", &max_pending_dials_per_agent,
+        "Dials awaiting the answer of one agent stream; more are refused (0: no limit)");
+  p.add("max-tunnels-per-agent", &max_tunnels_per_agent,
+        "Tunnels (pending and established) one agent stream carries; more dials to it are "
+        "refused (0: no limit)");
+  p.add("http-connect-max-header-bytes", &http_connect_max_header_bytes,
+        "Largest HTTP CONNECT request head; larger ones are answered 431");
+  p.add("tls-handshake-timeout", &tls_handshake_timeout,
+        "Bound on a TLS handshake on the agent port and the TCP frontend");
+  p.add("dial-request-timeout", &dial_request_timeout,
+        "A gRPC frontend stream that sends no DIAL_REQ within this is finished");
   p.add("admin-port", &admin_port, "Admin HTTP port");
   p.add("admin-bind-address", &admin_bind_address, "Admin HTTP bind address");
   p.add("health-port", &health_port, "Health HTTP port");
@@ -120,6 +143,14 @@ std::vector<std::string> ServerOptions::validate() const {
   if (authentication_timeout.count() <= 0) {
     errors.push_back("--authentication-timeout: must be positive");
   }
+  if (verify_agent_identifiers != "none" && verify_agent_identifiers != "cert") {
+    errors.push_back("--verify-agent-identifiers: must be none or cert, got \"" +
+                     verify_agent_identifiers + "\"");
+  }
+  if (verify_agent_identifiers == "cert" && cluster_ca_cert.empty()) {
+    errors.push_back(
+        "--verify-agent-identifiers=cert: needs --cluster-ca-cert (agents' client certificates)");
+  }
   if (any_auth && !cluster_ca_cert.empty()) {
     errors.push_back("--cluster-ca-cert: cannot be combined with token authentication");
   }
@@ -155,6 +186,22 @@ std::vector<std::string> ServerOptions::validate() const {
   if (http_connect_header_timeout.count() <= 0) {
     errors.push_back("--http-connect-header-timeout: must be positive");
   }
+  for (auto [flag, value] :
+       {std::pair{"--max-frontend-streams", max_frontend_streams},
+        std::pair{"--max-pending-dials", max_pending_dials},
+        std::pair{"--max-pending-dials-per-agent", max_pending_dials_per_agent},
+        std::pair{"--max-tunnels-per-agent", max_tunnels_per_agent}}) {
+    if (value < 0) errors.push_back(std::string(flag) + ": must be 0 (no limit) or positive");
+  }
+  if (http_connect_max_header_bytes < 1024) {
+    errors.push_back("--http-connect-max-header-bytes: must be at least 1024");
+  }
+  if (tls_handshake_timeout.count() <= 0) {
+    errors.push_back("--tls-handshake-timeout: must be positive");
+  }
+  if (dial_request_timeout.count() <= 0) {
+    errors.push_back("--dial-request-timeout: must be positive");
+  }
   if (!port_ok(admin_port)) errors.push_back("--admin-port: must be 0-65535");
   if (!port_ok(health_port)) errors.push_back("--health-port: must be 0-65535");
   if (core::tls::openssl_min_version(tls_min_version, &errors) == TLS1_3_VERSION) {
@@ -169,16 +216,24 @@ std::vector<std::string> ServerOptions::validate() const {
 }
 
 void ServerOptions::print(spdlog::logger& log) const {
-  log.info("proxy-server {}: mode={} frontend={} agent-port={}:{} mTLS-agents={} server-id={} "
-           "server-count={} strategies={} xfr-channel-size={} backend-dial-timeout={} "
-           "graceful-shutdown-timeout={} leases={}",
-           "starting", mode,
-           uds_name.empty() ? server_bind_address + ":" + std::to_string(server_port)
-                            : "unix:" + uds_name,
-           agent_bind_address, agent_port, !cluster_ca_cert.empty(), server_id, server_count,
-           fmt::join(proxy_strategies, ","), xfr_channel_size,
-           format_go_duration(backend_dial_timeout), format_go_duration(graceful_shutdown_timeout),
-           enable_lease_controller ? lease_namespace + "/" + lease_label : std::string("off"));
+  log.info(
+      "proxy-server {}: mode={} frontend={} agent-port={}:{} mTLS-agents={} server-id={} "
+      "server-count={} strategies={} xfr-channel-size={} backend-dial-timeout={} "
+      "graceful-shutdown-timeout={} leases={}",
+      "starting", mode,
+      uds_name.empty() ? server_bind_address + ":" + std::to_string(server_port)
+                       : "unix:" + uds_name,
+      agent_bind_address, agent_port, !cluster_ca_cert.empty(), server_id, server_count,
+      fmt::join(proxy_strategies, ","), xfr_channel_size, format_go_duration(backend_dial_timeout),
+      format_go_duration(graceful_shutdown_timeout),
+      enable_lease_controller ? lease_namespace + "/" + lease_label : std::string("off"));
+  log.info(
+      "limits: frontend-streams={} pending-dials={} pending-dials-per-agent={} "
+      "tunnels-per-agent={} connect-header-bytes={} tls-handshake-timeout={} "
+      "dial-request-timeout={} (0: no limit)",
+      max_frontend_streams, max_pending_dials, max_pending_dials_per_agent, max_tunnels_per_agent,
+      http_connect_max_header_bytes, format_go_duration(tls_handshake_timeout),
+      format_go_duration(dial_request_timeout));
 }
 
 std::string ServerOptions::openssl_ciphers() const {

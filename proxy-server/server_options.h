@@ -48,6 +48,12 @@ struct ServerOptions {
   std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
   // konn: a TokenReview that takes longer rejects the agent.
   Duration authentication_timeout = std::chrono::seconds(5);
+  // konn: "cert" admits only the agent identifiers its client certificate proves (host: a DNS
+  // SAN, ipv4/ipv6: an IP SAN; cidr and default-route: agents named in route_agent_names by CN
+  // or DNS SAN); needs --cluster-ca-cert. "none" (default): identifiers are trusted as sent, as
+  // upstream does.
+  std::string verify_agent_identifiers = "none";
+  std::vector<std::string> route_agent_names;
 
   // Routing and HA.
   std::vector<std::string> proxy_strategies{"default"};
@@ -68,6 +74,23 @@ struct ServerOptions {
   Duration cert_reload_interval = std::chrono::seconds(60);
   // konn: a CONNECT client must send its whole request head within this (slowloris bound).
   Duration http_connect_header_timeout = std::chrono::seconds(60);
+
+  // Limits (konn; upstream has none). 0 lifts a limit. Hitting one refuses the stream,
+  // connection or dial with a clear answer, counts limits_hit_total{limit} and logs; nothing
+  // else is affected.
+  // Frontend tunnels open at once: gRPC Proxy streams plus CONNECT connections.
+  int max_frontend_streams = 50000;
+  // Dials sent to agents and not answered yet: in all, and routed to one agent stream.
+  int max_pending_dials = 10000;
+  int max_pending_dials_per_agent = 2000;
+  // Tunnels (pending and established) one agent stream carries.
+  int max_tunnels_per_agent = 20000;
+  // Largest CONNECT request head (answered 431 beyond it).
+  int http_connect_max_header_bytes = 64 * 1024;
+  // TLS handshakes on the agent port and the TCP frontends (gRPC and CONNECT) must end within it.
+  Duration tls_handshake_timeout = std::chrono::seconds(10);
+  // A gRPC frontend stream must send its DIAL_REQ within this, else it is finished.
+  Duration dial_request_timeout = std::chrono::seconds(60);
 
   // Admin and health.
   int admin_port = 8095;

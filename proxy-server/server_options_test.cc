@@ -32,20 +32,15 @@ bool mentions(const std::vector<std::string>& errors, const std::string& what) {
 TEST_CASE("the upstream grpc-mode manifest command line is accepted unchanged", "[server]") {
   // The konnectivity-server static pod of the Kubernetes documentation.
   ServerOptions o;
-  auto errors = parse(o, {"--logtostderr=true",
-                          "--uds-name=/etc/kubernetes/konnectivity-server/konnectivity-server.socket",
-                          "--delete-existing-uds-file",
-                          "--cluster-cert=/etc/kubernetes/pki/apiserver.crt",
-                          "--cluster-key=/etc/kubernetes/pki/apiserver.key",
-                          "--mode=grpc",
-                          "--server-port=0",
-                          "--agent-port=8132",
-                          "--admin-port=8133",
-                          "--health-port=8134",
-                          "--agent-namespace=kube-system",
-                          "--agent-service-account=konnectivity-agent",
-                          "--kubeconfig=/etc/kubernetes/konnectivity-server.conf",
-                          "--authentication-audience=system:konnectivity-server"});
+  auto errors =
+      parse(o, {"--logtostderr=true",
+                "--uds-name=/etc/kubernetes/konnectivity-server/konnectivity-server.socket",
+                "--delete-existing-uds-file", "--cluster-cert=/etc/kubernetes/pki/apiserver.crt",
+                "--cluster-key=/etc/kubernetes/pki/apiserver.key", "--mode=grpc", "--server-port=0",
+                "--agent-port=8132", "--admin-port=8133", "--health-port=8134",
+                "--agent-namespace=kube-system", "--agent-service-account=konnectivity-agent",
+                "--kubeconfig=/etc/kubernetes/konnectivity-server.conf",
+                "--authentication-audience=system:konnectivity-server"});
   INFO((errors.empty() ? "" : errors.front()));
   CHECK(errors.empty());
   CHECK(o.agent_port == 8132);
@@ -63,17 +58,17 @@ TEST_CASE("server id defaults to PROXY_SERVER_ID, else a UUID", "[server]") {
   parse(b, {"--uds-name=/tmp/x.sock", "--server-port=0", "--cluster-cert=c", "--cluster-key=k"});
   CHECK(b.server_id.size() == 36);
   ServerOptions c;
-  parse(c, {"--server-id=explicit", "--uds-name=/tmp/x.sock", "--server-port=0",
-            "--cluster-cert=c", "--cluster-key=k"});
+  parse(c, {"--server-id=explicit", "--uds-name=/tmp/x.sock", "--server-port=0", "--cluster-cert=c",
+            "--cluster-key=k"});
   CHECK(c.server_id == "explicit");
 }
 
 TEST_CASE("every invalid server option is reported, naming the flag", "[server]") {
   ServerOptions o;
-  auto errors = parse(o, {"--mode=udp", "--uds-name=/tmp/s.sock", "--server-port=8090",
-                          "--agent-namespace=kube-system", "--xfr-channel-size=0",
-                          "--proxy-strategies=default,nearest", "--server-count=0",
-                          "--keepalive-time=forever"});
+  auto errors = parse(
+      o, {"--mode=udp", "--uds-name=/tmp/s.sock", "--server-port=8090",
+          "--agent-namespace=kube-system", "--xfr-channel-size=0",
+          "--proxy-strategies=default,nearest", "--server-count=0", "--keepalive-time=forever"});
   CHECK(mentions(errors, "--mode"));
   CHECK(mentions(errors, "--server-port: must be 0"));
   CHECK(mentions(errors, "--cluster-cert"));
@@ -86,10 +81,10 @@ TEST_CASE("every invalid server option is reported, naming the flag", "[server]"
 
 TEST_CASE("TLS suites and versions are checked like upstream, and never weakened", "[server]") {
   ServerOptions o;
-  auto errors = parse(o, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
-                          "--cluster-key=k",
-                          "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_RC4_128_SHA",
-                          "--tls-min-version=VersionTLS10"});
+  auto errors =
+      parse(o, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c", "--cluster-key=k",
+                "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_RC4_128_SHA",
+                "--tls-min-version=VersionTLS10"});
   CHECK(mentions(errors, "TLS_RSA_WITH_RC4_128_SHA is insecure"));
   CHECK(mentions(errors, "VersionTLS10 is refused"));
   ServerOptions ok;
@@ -125,4 +120,46 @@ TEST_CASE("lease flags: label set syntax and renew interval are checked", "[serv
             .empty());
   CHECK(ok.lease_label == "k8s-app=konnectivity-server");
   CHECK(ok.lease_renew_interval == std::chrono::seconds(2));
+}
+
+TEST_CASE("limits have operator defaults, 0 lifts them, and bad values are refused", "[server]") {
+  ServerOptions d;
+  const std::vector<std::string> base{"--uds-name=/tmp/x.sock", "--server-port=0",
+                                      "--cluster-cert=c", "--cluster-key=k"};
+  CHECK(parse(d, base).empty());
+  CHECK(d.max_frontend_streams == 50000);
+  CHECK(d.max_pending_dials == 10000);
+  CHECK(d.max_pending_dials_per_agent == 2000);
+  CHECK(d.max_tunnels_per_agent == 20000);
+  CHECK(d.http_connect_max_header_bytes == 65536);
+  CHECK(d.tls_handshake_timeout == std::chrono::seconds(10));
+  CHECK(d.dial_request_timeout == std::chrono::seconds(60));
+  auto with = [&](std::vector<std::string> extra) {
+    ServerOptions o;
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return parse(o, args);
+  };
+  CHECK(with({"--max-frontend-streams=0", "--max-pending-dials=0"}).empty());
+  CHECK(mentions(with({"--max-tunnels-per-agent=-1"}), "--max-tunnels-per-agent"));
+  CHECK(mentions(with({"--http-connect-max-header-bytes=10"}), "at least 1024"));
+  CHECK(mentions(with({"--tls-handshake-timeout=0s"}), "--tls-handshake-timeout"));
+  CHECK(mentions(with({"--dial-request-timeout=0s"}), "--dial-request-timeout"));
+}
+
+TEST_CASE("identifier verification needs client certificates", "[server]") {
+  ServerOptions o;
+  auto errors = parse(o, {"--uds-name=/tmp/x.sock", "--server-port=0", "--cluster-cert=c",
+                          "--cluster-key=k", "--verify-agent-identifiers=cert"});
+  CHECK(mentions(errors, "needs --cluster-ca-cert"));
+  ServerOptions ok;
+  CHECK(parse(ok, {"--uds-name=/tmp/x.sock", "--server-port=0", "--cluster-cert=c",
+                   "--cluster-key=k", "--cluster-ca-cert=ca", "--verify-agent-identifiers=cert",
+                   "--route-agent-names=gateway,edge"})
+            .empty());
+  CHECK(ok.route_agent_names == std::vector<std::string>{"gateway", "edge"});
+  ServerOptions bad;
+  CHECK(mentions(parse(bad, {"--uds-name=/tmp/x.sock", "--server-port=0", "--cluster-cert=c",
+                             "--cluster-key=k", "--verify-agent-identifiers=token"}),
+                 "must be none or cert"));
 }

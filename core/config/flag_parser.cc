@@ -182,8 +182,25 @@ int finish_check_config(const std::string& program, const std::vector<std::strin
 FlagParser::Result FlagParser::parse(int argc, const char* const* argv) {
   Result result;
   errors_.clear();
+  // `--name=` sets an empty value, as pflag does; CLI11 would instead take the next argument as
+  // the value (`--cluster-ca-cert= --agent-namespace=x` would lose the second flag). Passing the
+  // empty value as its own argument keeps them apart.
+  std::vector<std::string> args;
+  args.reserve(static_cast<size_t>(argc) + 1);
+  for (int i = 0; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (i > 0 && a.size() > 3 && a.rfind("--", 0) == 0 && a.find('=') == a.size() - 1) {
+      args.emplace_back(a.substr(0, a.size() - 1));
+      args.emplace_back();
+    } else {
+      args.emplace_back(a);
+    }
+  }
+  std::vector<const char*> rewritten;
+  rewritten.reserve(args.size());
+  for (const auto& a : args) rewritten.push_back(a.c_str());
   try {
-    app_->parse(argc, argv);
+    app_->parse(static_cast<int>(rewritten.size()), rewritten.data());
   } catch (const CLI::CallForHelp&) {
     result.exit_now = true;
     result.output = app_->help();

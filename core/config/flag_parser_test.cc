@@ -3,9 +3,8 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
-#include <vector>
-
 #include <unistd.h>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -60,6 +59,22 @@ TEST_CASE("pflag-style values are accepted", "[config]") {
   CHECK_FALSE(o.del);
   CHECK(o.keepalive == 30s);
   CHECK(o.strategies == std::vector<std::string>{"destHost", "default"});
+}
+
+TEST_CASE("--name= sets an empty value and leaves the next flag alone, as pflag", "[config]") {
+  Opts o;
+  auto r = run(o, {"--mode=", "--server-port=9000", "--proxy-strategies=", "--keepalive-time=2s"});
+  CHECK(r.errors.empty());
+  CHECK(o.mode.empty());
+  CHECK(o.port == 9000);
+  CHECK(o.strategies.empty());
+  CHECK(o.keepalive == 2s);
+  Opts b;
+  b.del = false;
+  auto r2 = run(b, {"--delete-existing-uds-file=", "--mode=x"});
+  CHECK(r2.errors.empty());
+  CHECK(b.del);  // an empty boolean is a bare one (pflag would refuse it)
+  CHECK(b.mode == "x");
 }
 
 TEST_CASE("a bare boolean flag means true, a short alias works", "[config]") {

@@ -321,9 +321,15 @@ io::Awaitable<LeaseClient::Result> LeaseClient::update(asio::any_io_executor ex,
 }
 
 io::Awaitable<LeaseClient::Result> LeaseClient::list(asio::any_io_executor ex,
-                                                     const std::string& selector) const {
+                                                     const std::string& selector,
+                                                     bool from_cache) const {
   std::string path = collection();
-  if (!selector.empty()) path += "?labelSelector=" + query_escape(selector);
+  std::string sep = "?";
+  if (!selector.empty()) {
+    path += sep + "labelSelector=" + query_escape(selector);
+    sep = "&";
+  }
+  if (from_cache) path += sep + "resourceVersion=0";
   std::string method = "GET";
   std::string no_body;
   auto r = co_await call(ex, std::move(method), std::move(path), std::move(no_body));

@@ -74,8 +74,11 @@ class LeaseClient {
   io::Awaitable<Result> create(asio::any_io_executor ex, const Lease& lease) const;
   // PUT: `lease.resource_version` makes it conditional (409 Conflict when stale).
   io::Awaitable<Result> update(asio::any_io_executor ex, const Lease& lease) const;
-  // `selector` is a Kubernetes label selector, sent as ?labelSelector=.
-  io::Awaitable<Result> list(asio::any_io_executor ex, const std::string& selector) const;
+  // `selector` is a Kubernetes label selector, sent as ?labelSelector=. With `from_cache`, also
+  // resourceVersion=0: the apiserver answers from its watch cache (cheap, possibly a moment
+  // stale) instead of a quorum read from etcd.
+  io::Awaitable<Result> list(asio::any_io_executor ex, const std::string& selector,
+                             bool from_cache = false) const;
   // DELETE with a resourceVersion precondition when `resource_version` is not empty.
   io::Awaitable<Result> remove(asio::any_io_executor ex, const std::string& name,
                                const std::string& resource_version) const;

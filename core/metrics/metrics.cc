@@ -1,23 +1,35 @@
 #include "core/metrics/metrics.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <prometheus/text_serializer.h>
 
 namespace konn::core::metrics {
 namespace {
 
-double read_rss_bytes() {
+struct Memory {
+  double resident = 0;
+  double virtual_size = 0;
+};
+
+Memory read_memory() {
   std::ifstream statm("/proc/self/statm");
   long pages = 0;
   long rss = 0;
   statm >> pages >> rss;
-  return static_cast<double>(rss) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  auto page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+  return Memory{static_cast<double>(rss) * page, static_cast<double>(pages) * page};
+}
+
+double max_fds() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  return static_cast<double>(limit.rlim_cur);
 }
 
 double count_fds() {
@@ -53,19 +65,37 @@ Registry::Registry() : registry_(std::make_shared<prometheus::Registry>()) {
   auto gauge = [this](const std::string& name, const std::string& help) {
     return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_).Add({});
   };
-  start_time_ = gauge("process_start_time_seconds", "Start time of the process since unix epoch.");
+  // Names, types and help as Prometheus' Go client (process collector) writes them.
+  start_time_ =
+      gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.");
   resident_bytes_ = gauge("process_resident_memory_bytes", "Resident memory size in bytes.");
+  virtual_bytes_ = gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.");
   open_fds_ = gauge("process_open_fds", "Number of open file descriptors.");
-  cpu_seconds_ = gauge("process_cpu_seconds_total", "Total user and system CPU time in seconds.");
-  start_time_->Set(std::chrono::duration<double>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count());
+  max_fds_ = gauge("process_max_fds", "Maximum number of open file descriptors.");
+  cpu_seconds_ = &prometheus::BuildCounter()
+                      .Name("process_cpu_seconds_total")
+                      .Help("Total user and system CPU time spent in seconds.")
+                      .Register(*registry_)
+                      .Add({});
+  start_time_->Set(
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
 std::string Registry::serialize() {
-  resident_bytes_->Set(read_rss_bytes());
-  open_fds_->Set(count_fds());
-  cpu_seconds_->Set(cpu_seconds());
+  {
+    std::lock_guard lock(mu_);
+    Memory memory = read_memory();
+    resident_bytes_->Set(memory.resident);
+    virtual_bytes_->Set(memory.virtual_size);
+    open_fds_->Set(count_fds());
+    max_fds_->Set(max_fds());
+    // A counter only grows: add what the kernel counted since the last scrape.
+    double now = cpu_seconds();
+    if (now > cpu_seen_) {
+      cpu_seconds_->Increment(now - cpu_seen_);
+      cpu_seen_ = now;
+    }
+  }
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

@@ -1,6 +1,7 @@
 #include "core/net/dialer.h"
 
 #include <cctype>
+#include <vector>
 
 #include "core/error/errc.h"
 #include "core/net/endpoint.h"
@@ -24,7 +25,7 @@ void set_nodelay(asio::ip::tcp::socket& s) {
 }
 
 io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address,
-                                   std::chrono::milliseconds timeout) {
+                                   std::chrono::milliseconds timeout, AddressFilter allowed) {
   DialResult out{{}, asio::ip::tcp::socket(ex), {}};
   auto hp = parse_host_port(address);
   if (!hp) {
@@ -34,9 +35,9 @@ io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address
   }
   asio::steady_timer timer(ex, timeout);
   asio::ip::tcp::resolver resolver(ex);
-  auto resolved = co_await (
-      resolver.async_resolve(hp->host, std::to_string(hp->port), io::use_nothrow) ||
-      timer.async_wait(io::use_nothrow));
+  auto resolved =
+      co_await (resolver.async_resolve(hp->host, std::to_string(hp->port), io::use_nothrow) ||
+                timer.async_wait(io::use_nothrow));
   if (resolved.index() == 1) {
     out.ec = konn::Errc::DialTimeout;
     out.error_text = "dial tcp " + address + ": i/o timeout";
@@ -48,7 +49,22 @@ io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address
     out.error_text = "dial tcp: lookup " + hp->host + ": no such host";
     co_return out;
   }
-  auto connected = co_await (asio::async_connect(out.socket, results, io::use_nothrow) ||
+  std::vector<asio::ip::tcp::endpoint> endpoints;
+  std::string refused;
+  for (const auto& entry : results) {
+    const auto& ep = entry.endpoint();
+    if (!allowed || allowed(ep)) {
+      endpoints.push_back(ep);
+    } else {
+      refused += (refused.empty() ? "" : ",") + ep.address().to_string();
+    }
+  }
+  if (endpoints.empty() && !refused.empty()) {
+    out.ec = konn::Errc::DestinationNotAllowed;
+    out.error_text = "dial tcp " + address + ": destination " + refused + " not allowed";
+    co_return out;
+  }
+  auto connected = co_await (asio::async_connect(out.socket, endpoints, io::use_nothrow) ||
                              timer.async_wait(io::use_nothrow));
   if (connected.index() == 1) {
     out.ec = konn::Errc::DialTimeout;

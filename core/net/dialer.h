@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -19,10 +20,16 @@ struct DialResult {
   std::string error_text;
 };
 
+// Which resolved addresses a dial may connect to (empty: all).
+using AddressFilter = std::function<bool(const asio::ip::tcp::endpoint&)>;
+
 // Resolves and connects `address` ("host:port") within `timeout`, trying each resolved address in
 // turn. The socket comes back with TCP_NODELAY set. Cancellation: closing happens by timeout only.
+// With `allowed`, every resolved address is checked and only those it accepts are tried, so a
+// name cannot lead a dial to a refused address; when it accepts none, the dial fails with
+// Errc::DestinationNotAllowed ("dial tcp <address>: destination <ip> not allowed").
 io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address,
-                                   std::chrono::milliseconds timeout);
+                                   std::chrono::milliseconds timeout, AddressFilter allowed = {});
 
 // Sets TCP_NODELAY (every proxied socket gets it: small writes must not wait for Nagle).
 void set_nodelay(asio::ip::tcp::socket& s);

@@ -6,21 +6,23 @@
 #include <asio/io_context.hpp>
 #include <catch2/catch.hpp>
 
+#include "core/error/errc.h"
 #include "core/net/listener.h"
 
 using namespace std::chrono_literals;
-using konn::core::net::DialResult;
 using konn::core::net::dial_tcp;
+using konn::core::net::DialResult;
 
 namespace {
 
-DialResult dial(asio::io_context& ctx, const std::string& address) {
+DialResult dial(asio::io_context& ctx, const std::string& address,
+                konn::core::net::AddressFilter allowed = {}) {
   std::promise<DialResult> p;
   auto f = p.get_future();
   asio::co_spawn(
       ctx,
       [&]() -> konn::core::io::Awaitable<void> {
-        p.set_value(co_await dial_tcp(ctx.get_executor(), address, 2000ms));
+        p.set_value(co_await dial_tcp(ctx.get_executor(), address, 2000ms, allowed));
       },
       asio::detached);
   ctx.run();
@@ -59,4 +61,33 @@ TEST_CASE("dial_tcp rejects an address without a port", "[net]") {
   auto r = dial(ctx, "localhost");
   CHECK(r.ec);
   CHECK(r.error_text.find("missing port") != std::string::npos);
+}
+
+TEST_CASE("dial_tcp checks every resolved address and tries only allowed ones", "[net]") {
+  asio::io_context ctx;
+  auto acceptor = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
+  auto port = std::to_string(acceptor.local_endpoint().port());
+  SECTION("a name whose addresses are all refused is never connected") {
+    auto r = dial(ctx, "localhost:" + port, [](const asio::ip::tcp::endpoint&) { return false; });
+    CHECK(r.ec == konn::Errc::DestinationNotAllowed);
+    CHECK(r.error_text.find("dial tcp localhost:" + port + ": destination ") == 0);
+    CHECK(r.error_text.find("127.0.0.1") != std::string::npos);
+    CHECK(r.error_text.find("not allowed") != std::string::npos);
+    acceptor.non_blocking(true);
+    std::error_code ec;
+    acceptor.accept(ec);
+    CHECK(ec == asio::error::would_block);  // no connection reached the listener
+  }
+  SECTION("an IP literal refused") {
+    auto r = dial(ctx, "127.0.0.1:" + port, [](const asio::ip::tcp::endpoint& ep) {
+      return ep.address() != asio::ip::make_address("127.0.0.1");
+    });
+    CHECK(r.ec == konn::Errc::DestinationNotAllowed);
+  }
+  SECTION("only the allowed addresses of a name are tried") {
+    auto r = dial(ctx, "localhost:" + port,
+                  [](const asio::ip::tcp::endpoint& ep) { return ep.address().is_v4(); });
+    REQUIRE_FALSE(r.ec);
+    CHECK(r.socket.remote_endpoint().address().is_v4());
+  }
 }

@@ -1,5 +1,7 @@
 #include "core/tunnel/packet.h"
 
+#include <iterator>
+
 namespace konn::core::tunnel {
 
 Packet make_dial_request(const std::string& address, int64_t random, const std::string& protocol) {
@@ -74,21 +76,43 @@ Packet make_close_write(int64_t connect_id) {
   return p;
 }
 
-size_t data_size(const Packet& p) {
-  return p.type() == DATA ? p.data().data().size() : 0;
-}
+size_t data_size(const Packet& p) { return p.type() == DATA ? p.data().data().size() : 0; }
 
 std::string type_name(int type) {
   if (PacketType_IsValid(type)) return PacketType_Name(static_cast<PacketType>(type));
   return "UNKNOWN(" + std::to_string(type) + ")";
 }
 
+int packet_type_slot(int type) {
+  if (type >= DIAL_REQ && type <= DRAIN) return type;
+  if (type == KONN_WINDOW_UPDATE) return 7;
+  if (type == KONN_CLOSE_WRITE) return 8;
+  return kUnknownPacketSlot;
+}
+
+std::string packet_type_label(int slot) {
+  if (slot >= DIAL_REQ && slot <= DRAIN) return type_name(slot);
+  if (slot == 7) return type_name(KONN_WINDOW_UPDATE);
+  if (slot == 8) return type_name(KONN_CLOSE_WRITE);
+  return "Unknown";
+}
+
+std::string grpc_code_name(int code) {
+  static const char* const names[] = {
+      "OK",       "Canceled",       "Unknown",          "InvalidArgument",   "DeadlineExceeded",
+      "NotFound", "AlreadyExists",  "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
+      "Aborted",  "OutOfRange",     "Unimplemented",    "Internal",          "Unavailable",
+      "DataLoss", "Unauthenticated"};
+  if (code >= 0 && code < static_cast<int>(std::size(names))) return names[code];
+  return "Code(" + std::to_string(code) + ")";
+}
+
 std::string describe(const Packet& p) {
   std::string out = type_name(p.type());
   switch (p.type()) {
     case DIAL_REQ:
-      out += " random=" + std::to_string(p.dialrequest().random()) + " address=" +
-             p.dialrequest().address() + " protocol=" + p.dialrequest().protocol();
+      out += " random=" + std::to_string(p.dialrequest().random()) +
+             " address=" + p.dialrequest().address() + " protocol=" + p.dialrequest().protocol();
       if (p.dialrequest().konnhalfclose()) out += " halfClose=true";
       break;
     case DIAL_RSP:

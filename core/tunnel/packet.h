@@ -43,7 +43,21 @@ size_t data_size(const Packet& p);
 // One-line description for logs: type and ids, never payload bytes.
 std::string describe(const Packet& p);
 
-// The enum name ("DIAL_REQ", ...) or "UNKNOWN(n)"; also the metric label value.
+// The enum name ("DIAL_REQ", ...) or "UNKNOWN(n)".
 std::string type_name(int type);
+
+// Packet types as metric labels (stream_packets_total, stream_errors_total): upstream's seven,
+// konn's two, and "Unknown" for anything else (and, as upstream, for an error with no packet).
+inline constexpr int kPacketTypeSlots = 10;
+inline constexpr int kUnknownPacketSlot = kPacketTypeSlots - 1;
+// 0..kPacketTypeSlots-1.
+int packet_type_slot(int type);
+// The label of a slot: "DIAL_REQ" ... "DRAIN", "KONN_WINDOW_UPDATE", "KONN_CLOSE_WRITE",
+// "Unknown".
+std::string packet_type_label(int slot);
+
+// A gRPC status code as Go's codes.Code.String() writes it ("Canceled", "Unavailable", ...):
+// the `code` label of stream_errors_total, so dashboards built on upstream's values keep working.
+std::string grpc_code_name(int code);
 
 }  // namespace konn::core::tunnel

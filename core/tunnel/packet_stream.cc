@@ -1,8 +1,19 @@
 #include "core/tunnel/packet_stream.h"
 
+#include <grpc/grpc.h>
+
 #include "core/tunnel/packet.h"
 
 namespace konn::core::tunnel {
+
+void cancel_server_call(grpc::ServerContextBase& ctx, const grpc::Status& status) {
+  if (status.ok() || status.error_code() == grpc::StatusCode::CANCELLED) {
+    ctx.TryCancel();
+    return;
+  }
+  grpc_call_cancel_with_status(ctx.c_call(), static_cast<grpc_status_code>(status.error_code()),
+                               status.error_message().c_str(), nullptr);
+}
 
 bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
   const Packet* write = nullptr;
@@ -60,7 +71,12 @@ void PacketStream::close(const grpc::Status& status, bool abort) {
     if (!cancel) action = next_action_locked(&write, &opts);
   }
   if (cancel) {
-    cancel_op();
+    grpc::Status first;
+    {
+      std::lock_guard lock(mu_);
+      first = status_;
+    }
+    cancel_op(first);
     {
       std::lock_guard lock(mu_);
       --starting_;
@@ -116,6 +132,7 @@ void PacketStream::handle_write_done(bool ok) {
     }
     ++starting_;  // keep the finish op back while the listener runs
   }
+  if (!ok) on_write_failed(done.packet);
   if (ok && done.listener) done.listener->on_written(done.bytes);
   done = Item{};  // free the packet's bytes before the next write starts
   {

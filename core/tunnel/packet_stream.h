@@ -5,14 +5,20 @@
 #include <memory>
 #include <mutex>
 
+#include <grpcpp/impl/codegen/call_op_set.h>
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 #include <grpcpp/support/stub_options.h>
-#include <grpcpp/impl/codegen/call_op_set.h>
 
 #include "core/relay/read_gate.h"
 #include "konnectivity/client.pb.h"
 
 namespace konn::core::tunnel {
+
+// Cancels a server call at once, sending `status` (when not OK) as its status: trailers are not
+// held by flow control, so a client that stopped reading still learns why (e.g.
+// RESOURCE_EXHAUSTED), where TryCancel() would show it a bare CANCELLED. Any thread.
+void cancel_server_call(grpc::ServerContextBase& ctx, const grpc::Status& status);
 
 // Told when a queued packet has been handed to gRPC (its bytes left our queue), so the tunnel
 // that produced it can resume reading. Called on a gRPC thread, with no lock of the stream held.
@@ -74,7 +80,9 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   virtual void start_write_op(const Packet* p, grpc::WriteOptions opts) = 0;
   virtual void start_read_op(Packet* p) = 0;
   virtual void start_finish_op(const grpc::Status& status) = 0;
-  virtual void cancel_op() = 0;
+  // Cancels the call; `status` is the close status (a server sends it to the client as the
+  // call's status where the transport allows, rather than a bare CANCELLED).
+  virtual void cancel_op(const grpc::Status& status) = 0;
   // A packet arrived. Runs on a gRPC thread; reads are serialized, so at most one runs at a time
   // for this stream. It may call send() or close() on this or other streams.
   virtual void on_packet(Packet&& p) = 0;
@@ -82,6 +90,8 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   virtual void on_read_end() = 0;
   // A packet was accepted by send() (for metrics). Called with no lock held, before queueing.
   virtual void on_queued(const Packet& /*p*/) {}
+  // Writing `p` failed: the stream broke (for metrics). Called once per stream, no lock held.
+  virtual void on_write_failed(const Packet& /*p*/) {}
 
  private:
   struct Item {
@@ -110,7 +120,7 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   bool done_ = false;      // OnDone ran
   int starting_ = 0;       // Start*/cancel calls executing outside the lock
   grpc::Status status_;
-  Packet in_;              // target of the outstanding read
+  Packet in_;  // target of the outstanding read
 };
 
 }  // namespace konn::core::tunnel

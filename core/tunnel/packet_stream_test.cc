@@ -40,7 +40,7 @@ class FakeStream : public PacketStream {
     read_target = p;
   }
   void start_finish_op(const grpc::Status&) override { ++finishes; }
-  void cancel_op() override { ++cancels; }
+  void cancel_op(const grpc::Status&) override { ++cancels; }
   void on_packet(Packet&& p) override { received.push_back(std::move(p)); }
   void on_read_end() override { ++read_ends; }
 

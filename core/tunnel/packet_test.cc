@@ -33,3 +33,21 @@ TEST_CASE("the wire encoding matches upstream field numbers", "[tunnel]") {
   CHECK(empty.type() == DIAL_REQ);
   CHECK(empty.dialrequest().address().empty());
 }
+
+TEST_CASE("metric labels of packet types and gRPC codes follow upstream's spelling", "[tunnel]") {
+  using konn::core::tunnel::grpc_code_name;
+  using konn::core::tunnel::packet_type_label;
+  using konn::core::tunnel::packet_type_slot;
+  CHECK(packet_type_label(packet_type_slot(DIAL_REQ)) == "DIAL_REQ");
+  CHECK(packet_type_label(packet_type_slot(DRAIN)) == "DRAIN");
+  CHECK(packet_type_label(packet_type_slot(KONN_WINDOW_UPDATE)) == "KONN_WINDOW_UPDATE");
+  CHECK(packet_type_label(packet_type_slot(KONN_CLOSE_WRITE)) == "KONN_CLOSE_WRITE");
+  CHECK(packet_type_label(packet_type_slot(99)) == "Unknown");
+  CHECK(packet_type_label(packet_type_slot(-1)) == "Unknown");
+  CHECK(grpc_code_name(0) == "OK");
+  CHECK(grpc_code_name(1) == "Canceled");
+  CHECK(grpc_code_name(8) == "ResourceExhausted");
+  CHECK(grpc_code_name(14) == "Unavailable");
+  CHECK(grpc_code_name(16) == "Unauthenticated");
+  CHECK(grpc_code_name(42) == "Code(42)");
+}

@@ -1,7 +1,9 @@
 #include "proxy-server/backend/backend.h"
 
 #include "core/log/log_macros.h"
+#include "core/tls/certificate_names.h"
 #include "core/tunnel/packet.h"
+#include "proxy-server/auth/identifier_check.h"
 #include "proxy-server/auth/token_reviewer.h"
 #include "proxy-server/tunnel/frontend.h"
 #include "proxy-server/tunnel/router.h"
@@ -41,6 +43,7 @@ void Backend::begin() {
   if (ids.size() != 1) {
     KONN_LOG(log_, warn, "agent from {} rejected: expected one agentid header, got {}", peer_,
              ids.size());
+    router_.metrics().agent_rejected("metadata");
     close(grpc::Status(grpc::StatusCode::UNKNOWN,
                        "expected one agent ID in the context, got " + std::to_string(ids.size())));
     return;
@@ -48,9 +51,10 @@ void Backend::begin() {
   agent_id_ = ids.front();
   auto idents = metadata_values(*ctx_, "agentidentifiers");
   if (idents.size() > 1) {
-    close(grpc::Status(grpc::StatusCode::UNKNOWN,
-                       "expected at most one set of agent identifiers, got " +
-                           std::to_string(idents.size())));
+    router_.metrics().agent_rejected("metadata");
+    close(grpc::Status(
+        grpc::StatusCode::UNKNOWN,
+        "expected at most one set of agent identifiers, got " + std::to_string(idents.size())));
     return;
   }
   if (!idents.empty()) {
@@ -59,36 +63,64 @@ void Backend::begin() {
     if (!parsed) {
       KONN_LOG(log_, warn, "agent {} from {} rejected: bad agentidentifiers: {}", agent_id_, peer_,
                err);
+      router_.metrics().agent_rejected("metadata");
       close(grpc::Status(grpc::StatusCode::UNKNOWN, "invalid agent identifiers: " + err));
       return;
     }
     identifiers_ = std::move(*parsed);
   }
   identifiers_header_ = idents.empty() ? "" : idents.front();
+  if (router_.options().verify_agent_identifiers == "cert" && !identifiers_proven()) return;
   if (auto* reviewer = router_.reviewer()) {
     auto auth = metadata_values(*ctx_, "authorization");
     const std::string prefix = "Bearer ";
     if (auth.size() != 1 || auth.front().rfind(prefix, 0) != 0) {
-      KONN_LOG(log_, warn, "agent {} from {} rejected: no bearer token (got {} authorization "
-               "headers)", agent_id_, peer_, auth.size());
+      KONN_LOG(log_, warn,
+               "agent {} from {} rejected: no bearer token (got {} authorization "
+               "headers)",
+               agent_id_, peer_, auth.size());
+      router_.metrics().agent_rejected("token");
       close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                          "expected one \"authorization: Bearer <token>\" header"));
       return;
     }
     // The review runs elsewhere; the stream waits (no headers, no reads) until it answers.
-    reviewer->review(auth.front().substr(prefix.size()),
-                     [self = self_](TokenReviewer::Verdict v) {
-                       if (!v.admitted) {
-                         KONN_LOG(self->log_, warn, "agent {} from {} rejected: {}",
-                                  self->agent_id_, self->peer_, v.reason);
-                         self->close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, v.reason));
-                         return;
-                       }
-                       self->admit();
-                     });
+    reviewer->review(auth.front().substr(prefix.size()), [self = self_](TokenReviewer::Verdict v) {
+      if (!v.admitted) {
+        KONN_LOG(self->log_, warn, "agent {} from {} rejected: {}", self->agent_id_, self->peer_,
+                 v.reason);
+        self->router_.metrics().agent_rejected("token");
+        self->close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, v.reason));
+        return;
+      }
+      self->admit();
+    });
     return;
   }
   admit();
+}
+
+bool Backend::identifiers_proven() {
+  std::string why;
+  auto pems = ctx_->auth_context()->FindPropertyValues("x509_pem_cert");
+  std::optional<core::tls::CertificateNames> cert;
+  if (!pems.empty())
+    cert = core::tls::certificate_names(std::string(pems.front().data(), pems.front().size()));
+  if (!cert) {
+    why = "no client certificate to prove its identifiers";
+  } else if (auto unproven =
+                 unproven_identifiers(identifiers_, *cert, router_.options().route_agent_names);
+             !unproven.empty()) {
+    why = "identifiers not proven by its certificate (CN " + cert->common_name + "): ";
+    for (size_t i = 0; i < unproven.size(); ++i) why += (i == 0 ? "" : ", ") + unproven[i];
+  } else {
+    return true;
+  }
+  KONN_LOG(log_, warn, "agent {} from {} rejected: {} (--verify-agent-identifiers=cert)", agent_id_,
+           peer_, why);
+  router_.metrics().agent_rejected("identifiers");
+  close(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "agent " + why));
+  return false;
 }
 
 void Backend::admit() {
@@ -203,7 +235,21 @@ void Backend::on_dial_response(Packet&& p) {
   }
 }
 
+void Backend::on_write_failed(const Packet& p) {
+  if (cancelled_by_us_) return;
+  router_.metrics().stream_error(
+      ServerMetrics::ToAgent,
+      ctx_->IsCancelled() ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, p.type());
+}
+
 void Backend::on_read_end() {
+  // Upstream counts a failed Recv (not a clean end) as a stream error without a packet.
+  if (!read_error_counted_) {
+    read_error_counted_ = true;
+    if (ctx_->IsCancelled() && !cancelled_by_us_) {
+      router_.metrics().stream_error(ServerMetrics::FromAgent, grpc::StatusCode::CANCELLED, -1);
+    }
+  }
   if (registered_.exchange(false)) {
     router_.remove_backend(this);
     size_t pending = 0;

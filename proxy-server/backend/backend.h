@@ -23,8 +23,7 @@ class Router;
 // Exception to STYLE rule 7's `delete this`: the reactor is owned by a shared_ptr to itself
 // (`self_`) released in OnDone, because frontends hold it too and must be able to call send()
 // safely after the stream ended.
-class Backend : public grpc::ServerBidiReactor<Packet, Packet>,
-                public core::tunnel::PacketStream {
+class Backend : public grpc::ServerBidiReactor<Packet, Packet>, public core::tunnel::PacketStream {
  public:
   // Validates the agent's metadata, answers with serverid/servercount headers, registers the
   // backend, and starts reading. On bad metadata the stream is finished with the reason.
@@ -55,14 +54,21 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>,
   void begin();
   // Accepted (token reviewed, if required): answer headers, register, start reading.
   void admit();
+  // --verify-agent-identifiers=cert: whether the client certificate proves every identifier;
+  // if not, the stream is finished with PERMISSION_DENIED (logged, counted).
+  bool identifiers_proven();
 
   void start_write_op(const Packet* p, grpc::WriteOptions opts) override { StartWrite(p, opts); }
   void start_read_op(Packet* p) override { StartRead(p); }
   void start_finish_op(const grpc::Status& s) override { Finish(s); }
-  void cancel_op() override { ctx_->TryCancel(); }
+  void cancel_op(const grpc::Status& status) override {
+    cancelled_by_us_ = true;
+    core::tunnel::cancel_server_call(*ctx_, status);
+  }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
   void on_queued(const Packet& p) override;
+  void on_write_failed(const Packet& p) override;
 
   void on_dial_response(Packet&& p);
 
@@ -78,6 +84,8 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>,
   bool half_close_ = false;
   std::atomic<bool> draining_{false};
   std::atomic<bool> registered_{false};
+  std::atomic<bool> cancelled_by_us_{false};  // our own abort: not a stream error
+  bool read_error_counted_ = false;           // on_read_end only (reads are serialized)
   ConnectionTable connections_;
 };
 

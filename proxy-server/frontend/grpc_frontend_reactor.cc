@@ -1,5 +1,6 @@
 #include "proxy-server/frontend/grpc_frontend_reactor.h"
 
+#include "core/config/duration.h"
 #include "core/log/log_macros.h"
 #include "core/net/endpoint.h"
 #include "core/tunnel/packet.h"
@@ -19,11 +20,16 @@ using core::tunnel::make_window_update;
 
 const char* GrpcFrontend::to_string(State s) {
   switch (s) {
-    case State::Idle: return "Idle";
-    case State::Dialing: return "Dialing";
-    case State::Established: return "Established";
-    case State::Closing: return "Closing";
-    case State::Closed: return "Closed";
+    case State::Idle:
+      return "Idle";
+    case State::Dialing:
+      return "Dialing";
+    case State::Established:
+      return "Established";
+    case State::Closing:
+      return "Closing";
+    case State::Closed:
+      return "Closed";
   }
   return "?";
 }
@@ -40,7 +46,17 @@ GrpcFrontend* GrpcFrontend::start(grpc::CallbackServerContext* ctx, Router& rout
   std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(ctx, router));
   f->self_ = f;
   router.metrics().grpc_proxy.Increment();
+  if (!router.acquire_frontend(ctx->peer())) {
+    f->close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "too many frontend streams (limit " +
+                              std::to_string(router.options().max_frontend_streams) +
+                              ", --max-frontend-streams)"));
+    return f.get();
+  }
+  f->has_slot_ = true;
   KONN_LOG(f->log_, debug, "frontend stream opened peer={}", ctx->peer());
+  // A stream must dial soon: an idle one would hold its slot for nothing.
+  f->arm_timer(router.options().dial_request_timeout, &GrpcFrontend::on_dial_request_timeout);
   f->start_reading();
   return f.get();
 }
@@ -83,8 +99,7 @@ void GrpcFrontend::on_packet(Packet&& p) {
       on_dial_close(p);
       return;
     default:
-      KONN_CONN_LOG(log_, debug, *this, "unexpected packet from frontend ignored: {}",
-                    describe(p));
+      KONN_CONN_LOG(log_, debug, *this, "unexpected packet from frontend ignored: {}", describe(p));
       return;
   }
 }
@@ -116,8 +131,8 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
     fail_dial(random, "No agent available");
     return;
   }
-  if (!router_.pending().add(random, self_ptr(), backend.get())) {
-    fail_dial(random, "dial id " + std::to_string(random) + " is already pending");
+  if (auto refused = router_.add_pending(random, self_ptr(), *backend)) {
+    fail_dial(random, refused->error);
     return;
   }
   {
@@ -197,14 +212,16 @@ void GrpcFrontend::on_client_data(Packet&& p) {
     to_agent_queued_ += bytes;
     // Pausing is idempotent and never starts a read, so it is safe under mu_; resuming is not.
     if (to_agent_queued_ > kToAgentHigh) {
-      if (!paused_queue_) router_.metrics().reads_paused_total.Add({{"reason", "queue_full"}}).Increment();
+      if (!paused_queue_)
+        router_.metrics().reads_paused_total.Add({{"reason", "queue_full"}}).Increment();
       paused_queue_ = true;
       pause_reading(PauseReason::QueueFull);
     }
     if (flow_control_) {
       to_agent_credit_ -= bytes;
       if (to_agent_credit_ <= 0) {
-        if (!paused_credit_) router_.metrics().reads_paused_total.Add({{"reason", "no_credit"}}).Increment();
+        if (!paused_credit_)
+          router_.metrics().reads_paused_total.Add({{"reason", "no_credit"}}).Increment();
         paused_credit_ = true;
         pause_reading(PauseReason::NoCredit);
       }
@@ -221,8 +238,7 @@ void GrpcFrontend::on_client_close_write(const Packet& p) {
   std::shared_ptr<Backend> backend;
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Established || !half_close_ ||
-        p.closewrite().connectid() != connect_id_) {
+    if (state_ != State::Established || !half_close_ || p.closewrite().connectid() != connect_id_) {
       KONN_LOG(log_, debug, "[C{} D{}] KONN_CLOSE_WRITE from frontend ignored (state {})",
                p.closewrite().connectid(), random_, to_string(state_));
       return;
@@ -406,7 +422,18 @@ void GrpcFrontend::backend_gone() {
   close(grpc::Status::OK);
 }
 
+void GrpcFrontend::on_write_failed(const Packet& p) {
+  if (cancelled_by_us_) return;
+  router_.metrics().stream_error(
+      ServerMetrics::ToClient,
+      ctx_->IsCancelled() ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, p.type());
+}
+
 void GrpcFrontend::on_read_end() {
+  // Upstream counts a failed Recv (not a clean end) as a stream error without a packet.
+  if (ctx_->IsCancelled() && !cancelled_by_us_) {
+    router_.metrics().stream_error(ServerMetrics::FromClient, grpc::StatusCode::CANCELLED, -1);
+  }
   State prev;
   std::shared_ptr<Backend> backend;
   int64_t random = 0;
@@ -471,6 +498,23 @@ void GrpcFrontend::on_dial_timeout() {
   fail_dial(random, "Backend dial timeout");
 }
 
+void GrpcFrontend::on_dial_request_timeout() {
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Idle) return;
+    state_ = State::Closed;
+    close_reason_ = "no DIAL_REQ in time";
+  }
+  router_.metrics().limit_hit("dial_request_timeout");
+  KONN_LOG(log_, info,
+           "frontend stream from {} closed: no DIAL_REQ within {} "
+           "(--dial-request-timeout)",
+           ctx_->peer(), core::config::format_go_duration(router_.options().dial_request_timeout));
+  close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                     "no DIAL_REQ within " +
+                         core::config::format_go_duration(router_.options().dial_request_timeout)));
+}
+
 void GrpcFrontend::on_close_timeout() {
   std::shared_ptr<Backend> backend;
   int64_t id = 0;
@@ -490,6 +534,7 @@ void GrpcFrontend::on_close_timeout() {
 void GrpcFrontend::OnDone() {
   mark_done();
   router_.metrics().grpc_proxy.Decrement();
+  if (has_slot_) router_.release_frontend();
   {
     std::lock_guard lock(mu_);
     timer_.reset();
@@ -500,12 +545,13 @@ void GrpcFrontend::OnDone() {
               .count());
     }
   }
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - started_)
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  started_)
                 .count();
-  KONN_CONN_LOG(log_, debug, *this, "tunnel closed: {} address={} from_client={}B to_client={}B "
-                "duration={}ms", close_reason_, address_, bytes_from_client_.load(),
-                bytes_to_client_.load(), ms);
+  KONN_CONN_LOG(log_, debug, *this,
+                "tunnel closed: {} address={} from_client={}B to_client={}B "
+                "duration={}ms",
+                close_reason_, address_, bytes_from_client_.load(), bytes_to_client_.load(), ms);
   auto keep = std::move(self_);  // destroyed last, possibly with this
 }
 

@@ -79,10 +79,14 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   void start_write_op(const Packet* p, grpc::WriteOptions opts) override { StartWrite(p, opts); }
   void start_read_op(Packet* p) override { StartRead(p); }
   void start_finish_op(const grpc::Status& s) override { Finish(s); }
-  void cancel_op() override { ctx_->TryCancel(); }
+  void cancel_op(const grpc::Status& status) override {
+    cancelled_by_us_ = true;
+    core::tunnel::cancel_server_call(*ctx_, status);
+  }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
   void on_queued(const Packet& p) override;
+  void on_write_failed(const Packet& p) override;
 
   void on_dial_request(Packet&& p);
   void on_client_data(Packet&& p);
@@ -96,6 +100,7 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   // Runs `fn` on the timer context after `delay` unless the tunnel state changed by then.
   void arm_timer(std::chrono::nanoseconds delay, void (GrpcFrontend::*fn)());
   void on_dial_timeout();
+  void on_dial_request_timeout();
   void on_close_timeout();
   std::shared_ptr<GrpcFrontend> self_ptr();
   void set_reason(const std::string& reason);
@@ -109,6 +114,8 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::atomic<uint64_t> bytes_from_client_{0};
   std::atomic<uint64_t> bytes_to_client_{0};
+  std::atomic<bool> cancelled_by_us_{false};  // our own abort: not a stream error
+  bool has_slot_ = false;  // took a --max-frontend-streams slot (set in start, read in OnDone)
 
   mutable std::mutex mu_;
   State state_ = State::Idle;
@@ -118,9 +125,9 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   std::shared_ptr<Backend> backend_;
   std::string agent_id_;
   bool flow_control_ = false;
-  bool half_close_ = false;  // the client asked for konnHalfClose and the agent supports it
-  int64_t to_agent_queued_ = 0;   // our DATA bytes waiting in the backend's queue
-  int64_t to_agent_credit_ = 0;   // bytes the agent still accepts (flow control)
+  bool half_close_ = false;         // the client asked for konnHalfClose and the agent supports it
+  int64_t to_agent_queued_ = 0;     // our DATA bytes waiting in the backend's queue
+  int64_t to_agent_credit_ = 0;     // bytes the agent still accepts (flow control)
   int64_t to_client_consumed_ = 0;  // bytes written to the client since the last credit update
   bool paused_queue_ = false;
   bool paused_credit_ = false;

@@ -1,10 +1,9 @@
 #include "proxy-server/frontend/http_connect_frontend.h"
 
-#include <sys/stat.h>
-
 #include <atomic>
 #include <deque>
 #include <filesystem>
+#include <sys/stat.h>
 
 #include <asio.hpp>
 #include <asio/ssl.hpp>
@@ -32,20 +31,28 @@ using core::tunnel::make_data;
 using core::tunnel::make_dial_request;
 using core::tunnel::make_window_update;
 
-constexpr size_t kMaxHead = 64 * 1024;
-constexpr std::chrono::seconds kHandshakeTimeout(10);
 constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
 std::string status_text(int status) {
   switch (status) {
-    case 400: return "Bad Request";
-    case 405: return "Method Not Allowed";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Error";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 405:
+      return "Method Not Allowed";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "Error";
   }
 }
 
@@ -62,6 +69,9 @@ int status_for_agent_error(const std::string& error) {
     return 504;
   }
   if (error.find("too many open files") != std::string::npos) return 503;
+  // konn's agent: a destination outside its --allowed-destinations, or its connection limit.
+  if (error.find("not allowed by the agent") != std::string::npos) return 403;
+  if (error.find("too many endpoint connections") != std::string::npos) return 503;
   return 502;
 }
 
@@ -76,7 +86,8 @@ auto& lowest(asio::ssl::stream<asio::ip::tcp::socket>& s) { return s.lowest_laye
 // One CONNECT connection. Everything but the Frontend methods runs on the connection's executor;
 // the Frontend methods (gRPC threads) only post to it, apart from the atomics they document.
 template <typename Stream>
-class ConnectSession : public Frontend, public std::enable_shared_from_this<ConnectSession<Stream>> {
+class ConnectSession : public Frontend,
+                       public std::enable_shared_from_this<ConnectSession<Stream>> {
  public:
   ConnectSession(Stream stream, Router& router, std::string peer)
       : stream_(std::move(stream)),
@@ -86,10 +97,14 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
         wake_(stream_.get_executor()),
         resume_(stream_.get_executor()) {}
 
-  ~ConnectSession() override { router_.metrics().http_connections.Add({}).Decrement(); }
+  ~ConnectSession() override {
+    router_.metrics().http_connections.Add({}).Decrement();
+    if (has_slot_) router_.release_frontend();
+  }
 
   void start() {
     router_.metrics().http_connections.Add({}).Increment();
+    has_slot_ = router_.acquire_frontend(peer_);
     asio::co_spawn(stream_.get_executor(), run(this->shared_from_this()), asio::detached);
   }
 
@@ -112,9 +127,10 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
     return true;
   }
   void deliver_data(Packet&& p) override {
-    asio::post(stream_.get_executor(), [self = this->shared_from_this(), p = std::move(p)]() mutable {
-      self->queue_to_client(std::move(p));
-    });
+    asio::post(stream_.get_executor(),
+               [self = this->shared_from_this(), p = std::move(p)]() mutable {
+                 self->queue_to_client(std::move(p));
+               });
   }
   void deliver_close(Packet&& p) override {
     bool dial = p.type() == DIAL_CLS;
@@ -134,9 +150,8 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
     wake_reader();
   }
   void deliver_close_write(Packet&&) override {
-    asio::post(stream_.get_executor(), [self = this->shared_from_this()]() {
-      self->agent_finished_sending();
-    });
+    asio::post(stream_.get_executor(),
+               [self = this->shared_from_this()]() { self->agent_finished_sending(); });
   }
   void backend_gone() override {
     bool was_dialing = dialing_.exchange(false);
@@ -164,7 +179,8 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
     ConnectSession* owner = nullptr;
     void on_written(size_t bytes) override {
       if (owner->to_agent_queued_.fetch_sub(static_cast<int64_t>(bytes)) -
-              static_cast<int64_t>(bytes) <= kToAgentLow) {
+              static_cast<int64_t>(bytes) <=
+          kToAgentLow) {
         owner->wake_reader();
       }
     }
@@ -172,22 +188,40 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
 
   void wake_reader() {
     if (!reader_paused_.load()) return;
-    asio::post(stream_.get_executor(), [self = this->shared_from_this()] { self->resume_.cancel(); });
+    asio::post(stream_.get_executor(),
+               [self = this->shared_from_this()] { self->resume_.cancel(); });
   }
 
   core::io::Awaitable<void> run(std::shared_ptr<ConnectSession> self) {
     (void)self;  // keeps this session alive for the whole coroutine
+    const auto& options = router_.options();
     if constexpr (kTls) {
-      asio::steady_timer t(stream_.get_executor(), kHandshakeTimeout);
+      asio::steady_timer t(stream_.get_executor(), options.tls_handshake_timeout);
       auto r = co_await (stream_.async_handshake(asio::ssl::stream_base::server, use_nothrow) ||
                          t.async_wait(use_nothrow));
-      if (r.index() == 1 || std::get<0>(r) != std::make_tuple(std::error_code())) {
-        KONN_LOG(log_, info, "http-connect client {}: TLS handshake failed or timed out", peer_);
+      if (r.index() == 1) {
+        router_.metrics().limit_hit("handshake_timeout");
+        KONN_LOG(log_, info,
+                 "http-connect client {}: no TLS handshake within {} "
+                 "(--tls-handshake-timeout)",
+                 peer_, core::config::format_go_duration(options.tls_handshake_timeout));
+        co_return;
+      }
+      if (std::get<0>(r) != std::make_tuple(std::error_code())) {
+        KONN_LOG(log_, info, "http-connect client {}: TLS handshake failed: {}", peer_,
+                 std::get<0>(std::get<0>(r)).message());
         co_return;
       }
     }
+    if (!has_slot_) {
+      co_await reply_and_close(503, "too many frontend connections (limit " +
+                                        std::to_string(options.max_frontend_streams) +
+                                        ", --max-frontend-streams)\n");
+      co_return;
+    }
     // Read the CONNECT head within the header timeout (slowloris bound).
-    core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request, kMaxHead);
+    core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request,
+                                   static_cast<size_t>(options.http_connect_max_header_bytes));
     std::string buf(16 * 1024, '\0');
     std::string leftover;
     {
@@ -197,14 +231,17 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
         auto r = co_await (stream_.async_read_some(asio::buffer(buf), use_nothrow) ||
                            deadline.async_wait(use_nothrow));
         if (r.index() == 1) {
+          router_.metrics().limit_hit("connect_header_timeout");
           KONN_LOG(log_, info, "http-connect client {}: no complete request head in {}; closing",
-                   peer_, core::config::format_go_duration(router_.options().http_connect_header_timeout));
+                   peer_,
+                   core::config::format_go_duration(router_.options().http_connect_header_timeout));
           co_return;
         }
         auto [ec, n] = std::get<0>(r);
         if (ec) co_return;
         auto res = parser.feed(std::string_view(buf.data(), n));
         if (res.status == core::http::Http1Parser::Status::Invalid) {
+          if (parser.error_status() == 431) router_.metrics().limit_hit("connect_header_size");
           KONN_LOG(log_, info, "http-connect client {}: bad request: {}", peer_, parser.error());
           co_await reply_and_close(parser.error_status(), parser.error() + "\n");
           co_return;
@@ -222,8 +259,8 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
     }
     auto hp = core::net::parse_host_port(head.target);
     if (!hp || hp->port == 0) {
-      co_await reply_and_close(400, "CONNECT target must be host:port, got \"" + head.target +
-                                        "\"\n");
+      co_await reply_and_close(400,
+                               "CONNECT target must be host:port, got \"" + head.target + "\"\n");
       co_return;
     }
     address_ = head.target;
@@ -253,8 +290,9 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
     flow_control_ = backend_->flow_control();
     half_close_ = backend_->half_close();
     credit_ = core::tunnel::kTunnelWindow;
-    if (!router_.pending().add(random_, this->shared_from_this(), backend_.get())) {
-      co_await reply_and_close(502, "Failed to tunnel dial request: dial id collision");
+    if (auto refused = router_.add_pending(random_, this->shared_from_this(), *backend_)) {
+      co_await reply_and_close(refused->http_status,
+                               "Failed to tunnel dial request: " + refused->error);
       co_return;
     }
     dialing_ = true;
@@ -319,13 +357,19 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
   core::io::Awaitable<void> read_client() {
     for (;;) {
       // Backpressure: wait while the agent stream holds too much of ours or credit is gone.
-      while (!closed_ && (to_agent_queued_.load() > kToAgentHigh ||
-                          (flow_control_ && credit_.load() <= 0))) {
+      bool counted = false;
+      while (!closed_ &&
+             (to_agent_queued_.load() > kToAgentHigh || (flow_control_ && credit_.load() <= 0))) {
         reader_paused_ = true;
-        router_.metrics().reads_paused_total.Add({{"reason", "queue_full"}}).Increment();
+        if (!counted) {  // one pause, however many wake-ups it takes
+          counted = true;
+          const char* reason = to_agent_queued_.load() > kToAgentHigh ? "queue_full" : "no_credit";
+          router_.metrics().reads_paused_total.Add({{"reason", reason}}).Increment();
+        }
         resume_.expires_at(std::chrono::steady_clock::time_point::max());
         // Re-check after arming: a wake that raced the check is not lost.
-        if (to_agent_queued_.load() <= kToAgentHigh && (!flow_control_ || credit_.load() > 0)) break;
+        if (to_agent_queued_.load() <= kToAgentHigh && (!flow_control_ || credit_.load() > 0))
+          break;
         co_await resume_.async_wait(use_nothrow);
       }
       reader_paused_ = false;
@@ -410,7 +454,8 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
       router_.metrics().tunnels_over_cap_total.Add({}).Increment();
       KONN_CONN_LOG(log_, warn, *this,
                     "closing tunnel: the client stopped reading and {} bytes wait; other tunnels "
-                    "are unaffected", to_client_queued_);
+                    "are unaffected",
+                    to_client_queued_);
       close_tunnel("client not reading: tunnel queue over its cap", true);
       return;
     }
@@ -483,7 +528,9 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
       backend_->forget_connection(connect_id_);
       if (notify_agent && !closing_) backend_->send(make_close_request(connect_id_));
     }
-    out_.clear();
+    // The packet being written stays until its write completes (its bytes are the write's
+    // buffer, and the completion pops it); closing the socket below ends that write.
+    while (out_.size() > (writing_ ? 1U : 0U)) out_.pop_back();
     resume_.cancel();
     finish_socket();
   }
@@ -534,13 +581,14 @@ class ConnectSession : public Frontend, public std::enable_shared_from_this<Conn
   size_t to_client_queued_ = 0;
   bool writing_ = false;
   int64_t consumed_ = 0;
-  bool closing_ = false;  // CLOSE_REQ sent after the client's EOF
-  bool half_close_ = false;    // the agent passes half-closes (konn-half-close)
-  bool client_done_ = false;   // half-close: the client's EOF was sent to the agent
-  bool agent_done_ = false;    // half-close: the destination finished sending
-  bool write_shut_ = false;    // half-close: the client socket's write side is shut down
+  bool closing_ = false;      // CLOSE_REQ sent after the client's EOF
+  bool half_close_ = false;   // the agent passes half-closes (konn-half-close)
+  bool client_done_ = false;  // half-close: the client's EOF was sent to the agent
+  bool agent_done_ = false;   // half-close: the destination finished sending
+  bool write_shut_ = false;   // half-close: the client socket's write side is shut down
   bool closed_ = false;
   bool flush_then_close_ = false;
+  bool has_slot_ = false;  // took a --max-frontend-streams slot in start()
   bool socket_done_ = false;
   std::string close_reason_;
   uint64_t bytes_from_client_ = 0;
@@ -590,7 +638,8 @@ std::shared_ptr<asio::ssl::context> HttpConnectServer::build_tls() const {
 
 std::string HttpConnectServer::tls_files_stamp() const {
   std::string stamp;
-  for (const auto* path : {&tls_config_.cert_file, &tls_config_.key_file, &tls_config_.client_ca_file}) {
+  for (const auto* path :
+       {&tls_config_.cert_file, &tls_config_.key_file, &tls_config_.client_ca_file}) {
     std::error_code ec;
     if (path->empty()) continue;
     auto t = std::filesystem::last_write_time(*path, ec);
@@ -637,8 +686,8 @@ void HttpConnectServer::accept_unix() {
       pool_.next(), [this](std::error_code ec, asio::local::stream_protocol::socket s) {
         if (ec == asio::error::operation_aborted || !unix_acceptor_->is_open()) return;
         if (!ec) {
-          std::make_shared<ConnectSession<asio::local::stream_protocol::socket>>(
-              std::move(s), router_, "unix")
+          std::make_shared<ConnectSession<asio::local::stream_protocol::socket>>(std::move(s),
+                                                                                 router_, "unix")
               ->start();
         }
         accept_unix();

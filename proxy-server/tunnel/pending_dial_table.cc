@@ -2,12 +2,18 @@
 
 namespace konn::server {
 
-bool PendingDialTable::add(int64_t random, std::weak_ptr<Frontend> frontend,
-                           const Backend* backend) {
+PendingDialTable::AddResult PendingDialTable::add(int64_t random, std::weak_ptr<Frontend> frontend,
+                                                  const Backend* backend, size_t max_total,
+                                                  size_t max_per_backend) {
   std::lock_guard lock(mu_);
-  bool added = entries_.try_emplace(random, Entry{std::move(frontend), backend}).second;
+  if (entries_.count(random) != 0) return AddResult::Duplicate;
+  if (max_total > 0 && entries_.size() >= max_total) return AddResult::TooMany;
+  size_t& mine = per_backend_[backend];
+  if (max_per_backend > 0 && mine >= max_per_backend) return AddResult::TooManyForAgent;
+  entries_.emplace(random, Entry{std::move(frontend), backend});
+  ++mine;
   update_gauge_locked();
-  return added;
+  return AddResult::Added;
 }
 
 std::optional<PendingDialTable::Entry> PendingDialTable::take(int64_t random) {
@@ -16,6 +22,7 @@ std::optional<PendingDialTable::Entry> PendingDialTable::take(int64_t random) {
   if (it == entries_.end()) return std::nullopt;
   Entry e = std::move(it->second);
   entries_.erase(it);
+  forget_locked(e.backend);
   update_gauge_locked();
   return e;
 }
@@ -27,6 +34,7 @@ std::vector<std::weak_ptr<Frontend>> PendingDialTable::take_all(const Backend* b
     if (it->second.backend == backend) {
       out.push_back(std::move(it->second.frontend));
       it = entries_.erase(it);
+      forget_locked(backend);
     } else {
       ++it;
     }
@@ -38,6 +46,12 @@ std::vector<std::weak_ptr<Frontend>> PendingDialTable::take_all(const Backend* b
 size_t PendingDialTable::size() const {
   std::lock_guard lock(mu_);
   return entries_.size();
+}
+
+size_t PendingDialTable::size_of(const Backend* backend) const {
+  std::lock_guard lock(mu_);
+  auto it = per_backend_.find(backend);
+  return it == per_backend_.end() ? 0 : it->second;
 }
 
 }  // namespace konn::server

@@ -23,23 +23,38 @@ class PendingDialTable {
     const Backend* backend = nullptr;  // identity only, never dereferenced
   };
 
-  // False when `random` is already pending (the caller answers the dial with an error).
-  bool add(int64_t random, std::weak_ptr<Frontend> frontend, const Backend* backend);
+  enum class AddResult {
+    Added,
+    Duplicate,        // `random` is already pending
+    TooMany,          // `max_total` dials are pending
+    TooManyForAgent,  // `max_per_backend` dials are pending on `backend`
+  };
+  // Records the dial unless `random` is pending already or a limit (0: none) is reached; the
+  // caller answers a refused dial with an error.
+  AddResult add(int64_t random, std::weak_ptr<Frontend> frontend, const Backend* backend,
+                size_t max_total = 0, size_t max_per_backend = 0);
   // Removes and returns the entry, if any.
   std::optional<Entry> take(int64_t random);
   // Removes and returns every entry routed to `backend` (its stream ended).
   std::vector<std::weak_ptr<Frontend>> take_all(const Backend* backend);
   size_t size() const;
+  // Pending dials routed to `backend`.
+  size_t size_of(const Backend* backend) const;
   // Keeps `gauge` equal to size() (pending_backend_dials).
   void set_gauge(prometheus::Gauge* gauge) { gauge_ = gauge; }
 
  private:
+  void forget_locked(const Backend* backend) {
+    auto it = per_backend_.find(backend);
+    if (it != per_backend_.end() && --it->second == 0) per_backend_.erase(it);
+  }
   void update_gauge_locked() {
     if (gauge_ != nullptr) gauge_->Set(static_cast<double>(entries_.size()));
   }
   prometheus::Gauge* gauge_ = nullptr;
   mutable std::mutex mu_;
   std::unordered_map<int64_t, Entry> entries_;
+  std::unordered_map<const Backend*, size_t> per_backend_;  // entries_ counted by backend
 };
 
 }  // namespace konn::server

@@ -27,17 +27,39 @@ TEST_CASE("pending dials are keyed by dial id and swept per backend", "[server]"
   auto f2 = std::make_shared<NullFrontend>();
   auto* b1 = reinterpret_cast<const Backend*>(0x1);
   auto* b2 = reinterpret_cast<const Backend*>(0x2);
-  CHECK(t.add(10, f1, b1));
-  CHECK_FALSE(t.add(10, f2, b2));  // the same dial id twice is refused
-  CHECK(t.add(11, f2, b2));
-  CHECK(t.add(12, f2, b1));
+  using R = PendingDialTable::AddResult;
+  CHECK(t.add(10, f1, b1) == R::Added);
+  CHECK(t.add(10, f2, b2) == R::Duplicate);  // the same dial id twice is refused
+  CHECK(t.add(11, f2, b2) == R::Added);
+  CHECK(t.add(12, f2, b1) == R::Added);
+  CHECK(t.size_of(b1) == 2);
   auto swept = t.take_all(b1);
+  CHECK(t.size_of(b1) == 0);
   CHECK(swept.size() == 2);
   CHECK(t.size() == 1);
   auto e = t.take(11);
   REQUIRE(e);
   CHECK(e->frontend.lock() == f2);
   CHECK_FALSE(t.take(11));
+}
+
+TEST_CASE("pending dials are bounded in all and per backend", "[server]") {
+  using R = PendingDialTable::AddResult;
+  PendingDialTable t;
+  auto f = std::make_shared<NullFrontend>();
+  auto* b1 = reinterpret_cast<const Backend*>(0x1);
+  auto* b2 = reinterpret_cast<const Backend*>(0x2);
+  CHECK(t.add(1, f, b1, 3, 2) == R::Added);
+  CHECK(t.add(2, f, b1, 3, 2) == R::Added);
+  CHECK(t.add(3, f, b1, 3, 2) == R::TooManyForAgent);  // b1 holds its 2
+  CHECK(t.add(3, f, b2, 3, 2) == R::Added);
+  CHECK(t.add(4, f, b2, 3, 2) == R::TooMany);  // 3 in all
+  CHECK(t.size() == 3);
+  CHECK(t.take(1));
+  CHECK(t.add(4, f, b1, 3, 2) == R::Added);  // room again, for b1 too
+  CHECK(t.add(5, f, b2, 0, 0) == R::Added);  // 0: no limit
+  CHECK(t.size_of(b1) == 2);
+  CHECK(t.size_of(b2) == 2);
 }
 
 TEST_CASE("connection table hands out and removes tunnels", "[server]") {

@@ -1,7 +1,15 @@
 #include "proxy-server/tunnel/router.h"
 
+#include "core/log/log_macros.h"
+#include "proxy-server/backend/backend.h"
+
 namespace konn::server {
 namespace {
+
+std::shared_ptr<spdlog::logger> limits_log() {
+  static const auto logger = core::log::get("server.limits");
+  return logger;
+}
 
 std::vector<ProxyStrategy> strategies_of(const ServerOptions& o) {
   std::vector<ProxyStrategy> out;
@@ -27,6 +35,60 @@ void Router::add_backend(const std::shared_ptr<Backend>& backend) {
 void Router::remove_backend(const Backend* backend) {
   backends_.remove(backend);
   update_ready_gauges();
+}
+
+bool Router::acquire_frontend(const std::string& peer) {
+  auto limit = static_cast<int64_t>(options_.max_frontend_streams);
+  int64_t now = frontends_.fetch_add(1) + 1;
+  if (limit > 0 && now > limit) {
+    frontends_.fetch_sub(1);
+    metrics_.limit_hit("frontend_streams");
+    KONN_LOG(limits_log(), warn,
+             "frontend from {} refused: {} frontend streams open "
+             "(--max-frontend-streams)",
+             peer, limit);
+    return false;
+  }
+  return true;
+}
+
+void Router::release_frontend() { frontends_.fetch_sub(1); }
+
+std::optional<Router::DialRefusal> Router::add_pending(int64_t random,
+                                                       std::weak_ptr<Frontend> frontend,
+                                                       const Backend& backend) {
+  auto refuse = [&](const char* limit, std::string error, int status) {
+    if (limit != nullptr) metrics_.limit_hit(limit);
+    KONN_LOG(limits_log(), warn, "[D{} A{}] dial refused: {}", random, backend.agent_id(), error);
+    return DialRefusal{std::move(error), status};
+  };
+  auto per_agent = static_cast<size_t>(options_.max_tunnels_per_agent);
+  if (per_agent > 0 && backend.connection_count() + pending_.size_of(&backend) >= per_agent) {
+    return refuse("tunnels_per_agent",
+                  "agent " + backend.agent_id() + " carries too many tunnels (limit " +
+                      std::to_string(per_agent) + ", --max-tunnels-per-agent)",
+                  503);
+  }
+  switch (pending_.add(random, std::move(frontend), &backend,
+                       static_cast<size_t>(options_.max_pending_dials),
+                       static_cast<size_t>(options_.max_pending_dials_per_agent))) {
+    case PendingDialTable::AddResult::Added:
+      return std::nullopt;
+    case PendingDialTable::AddResult::Duplicate:
+      return refuse(nullptr, "dial id " + std::to_string(random) + " is already pending", 502);
+    case PendingDialTable::AddResult::TooMany:
+      return refuse("pending_dials",
+                    "too many pending dials (limit " + std::to_string(options_.max_pending_dials) +
+                        ", --max-pending-dials)",
+                    503);
+    case PendingDialTable::AddResult::TooManyForAgent:
+      return refuse("pending_dials_per_agent",
+                    "too many pending dials to agent " + backend.agent_id() + " (limit " +
+                        std::to_string(options_.max_pending_dials_per_agent) +
+                        ", --max-pending-dials-per-agent)",
+                    503);
+  }
+  return std::nullopt;
 }
 
 void Router::update_ready_gauges() {

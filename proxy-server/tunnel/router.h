@@ -1,6 +1,9 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include <asio/io_context.hpp>
 
@@ -32,6 +35,23 @@ class Router {
   void add_backend(const std::shared_ptr<Backend>& backend);
   void remove_backend(const Backend* backend);
 
+  // --max-frontend-streams: takes a slot for a new gRPC frontend stream or CONNECT connection.
+  // False when every slot is taken (counted in limits_hit_total and logged with `peer`); the
+  // caller then refuses it. A taken slot is given back once, with release_frontend().
+  bool acquire_frontend(const std::string& peer);
+  void release_frontend();
+
+  // Why a dial was refused before reaching its agent.
+  struct DialRefusal {
+    std::string error;    // for DIAL_RSP.error and a CONNECT answer's body
+    int http_status = 0;  // what a CONNECT client is answered
+  };
+  // Records the dial `random` routed to `backend` as pending, unless the dial id is pending
+  // already or a limit is reached: --max-pending-dials, --max-pending-dials-per-agent,
+  // --max-tunnels-per-agent (each counted in limits_hit_total and logged).
+  std::optional<DialRefusal> add_pending(int64_t random, std::weak_ptr<Frontend> frontend,
+                                         const Backend& backend);
+
  private:
   const ServerOptions& options_;
   BackendRegistry backends_;
@@ -39,6 +59,7 @@ class Router {
   asio::io_context& timers_;
   ServerMetrics& metrics_;
   TokenReviewer* reviewer_ = nullptr;
+  std::atomic<int64_t> frontends_{0};  // slots taken (--max-frontend-streams)
   void update_ready_gauges();
 };
 

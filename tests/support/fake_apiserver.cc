@@ -295,6 +295,10 @@ std::pair<int, std::string> FakeApiserver::leases(const Request& r) {
                                                          : r.method;
   std::lock_guard lock(mu_);
   ++lease_calls_[verb];
+  if (verb == "list") {
+    auto rv = r.query.find("resourceVersion");
+    if (rv != r.query.end() && rv->second == "0") ++lease_calls_["list-from-cache"];
+  }
   if (lease_outage) {
     return {503, status_body(503, "ServiceUnavailable", "the apiserver is down for the test")};
   }

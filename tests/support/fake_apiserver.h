@@ -57,7 +57,8 @@ class FakeApiserver {
                                    const std::string& name) const;
   std::vector<std::string> lease_names(const std::string& lease_namespace) const;
   void delete_lease(const std::string& lease_namespace, const std::string& name);
-  // Lease calls answered so far, by verb ("create", "get", "update", "list", "delete").
+  // Lease calls answered so far, by verb ("create", "get", "update", "list", "delete"), and
+  // "list-from-cache": the lists that asked for resourceVersion=0 (the watch cache).
   int lease_calls(const std::string& verb) const;
   // While set, every lease call is answered 503 ServiceUnavailable.
   std::atomic<bool> lease_outage{false};

@@ -156,6 +156,7 @@ TEST_CASE(
   CHECK(a1.metric("konnectivity_network_proxy_agent_lease_lists_total",
                   {{"http_response_code", "200"}, {"reason", ""}})
             .value_or(0) >= 1);
+  CHECK(api.lease_calls("list-from-cache") >= 2);  // the agents' lists (the servers' GC reads etcd)
 
   // A fourth server comes up: its Lease is the only news the agents get.
   servers.push_back(std::make_unique<FleetServer>(certs, "s4", server_args));

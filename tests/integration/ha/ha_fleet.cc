@@ -46,26 +46,36 @@ FleetServer::FleetServer(const testsupport::TestCerts& certs, std::string id,
       agent_port_(testsupport::free_tcp_port()),
       health_port_(testsupport::free_tcp_port()) {}
 
+uint16_t FleetServer::use_tcp_frontend() {
+  if (frontend_port_ == 0) frontend_port_ = testsupport::free_tcp_port();
+  return frontend_port_;
+}
+
 void FleetServer::start() {
   ProcessOptions o;
   o.binary = "proxy-server";
   o.log_path = dir_.file("server-" + id_ + "-" + std::to_string(++runs_) + ".log");
-  o.args = {"--mode=grpc",
-            "--uds-name=" + dir_.file("konn.sock"),
-            "--server-port=0",
-            "--agent-port=" + std::to_string(agent_port_),
-            "--agent-bind-address=127.0.0.1",
-            "--cluster-cert=" + certs_.server_crt,
-            "--cluster-key=" + certs_.server_key,
-            "--cluster-ca-cert=" + certs_.ca_crt,
-            "--health-port=" + std::to_string(health_port_),
-            "--health-bind-address=127.0.0.1",
-            "--admin-port=0",
-            "--server-id=" + id_};
+  o.args = {"--mode=grpc"};
+  if (frontend_port_ != 0) {
+    o.args.insert(o.args.end(),
+                  {"--server-port=" + std::to_string(frontend_port_),
+                   "--server-bind-address=127.0.0.1", "--server-cert=" + certs_.server_crt,
+                   "--server-key=" + certs_.server_key, "--server-ca-cert=" + certs_.ca_crt});
+  } else {
+    o.args.insert(o.args.end(), {"--uds-name=" + dir_.file("konn.sock"), "--server-port=0"});
+  }
+  o.args.insert(
+      o.args.end(),
+      {"--agent-port=" + std::to_string(agent_port_), "--agent-bind-address=127.0.0.1",
+       "--cluster-cert=" + certs_.server_crt, "--cluster-key=" + certs_.server_key,
+       "--cluster-ca-cert=" + certs_.ca_crt, "--health-port=" + std::to_string(health_port_),
+       "--health-bind-address=127.0.0.1", "--admin-port=0", "--server-id=" + id_});
   o.args.insert(o.args.end(), extra_args_.begin(), extra_args_.end());
   process_ = std::make_unique<Process>(std::move(o));
-  if (!process_->wait_for_unix_socket(dir_.file("konn.sock"), 20s) ||
-      !process_->wait_for_tcp_port(agent_port_, 20s) ||
+  bool frontend_up = frontend_port_ != 0
+                         ? process_->wait_for_tcp_port(frontend_port_, 20s)
+                         : process_->wait_for_unix_socket(dir_.file("konn.sock"), 20s);
+  if (!frontend_up || !process_->wait_for_tcp_port(agent_port_, 20s) ||
       !process_->wait_for_tcp_port(health_port_, 20s)) {
     throw std::runtime_error("proxy-server " + id_ + " did not come up; log:\n" + process_->log());
   }

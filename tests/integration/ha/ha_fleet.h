@@ -31,6 +31,9 @@ class FleetServer {
  public:
   FleetServer(const testsupport::TestCerts& certs, std::string id,
               std::vector<std::string> extra_args);
+  // Before start(): serve the frontend on TCP with mTLS (gRPC, or CONNECT with
+  // --mode=http-connect) instead of the unix socket; returns its port.
+  uint16_t use_tcp_frontend();
   // Starts and waits until the frontend socket, agent port and health port accept.
   void start();
   void kill();
@@ -38,7 +41,7 @@ class FleetServer {
   const std::string& id() const { return id_; }
   uint16_t agent_port() const { return agent_port_; }
   uint16_t health_port() const { return health_port_; }
-  // The frontend's unix socket (gRPC or, with --mode=http-connect, CONNECT).
+  // The frontend's unix socket (gRPC, or CONNECT with --mode=http-connect).
   std::string uds_path() const { return dir_.file("konn.sock"); }
   // A new frontend channel, connected (waits up to 10 s) unless `wait` is false.
   std::shared_ptr<grpc::Channel> channel(bool wait = true) const;
@@ -56,6 +59,7 @@ class FleetServer {
   testsupport::TempDir dir_{"konn-ha"};
   uint16_t agent_port_;
   uint16_t health_port_;
+  uint16_t frontend_port_ = 0;  // TCP frontend, when use_tcp_frontend() was called
   int runs_ = 0;
   std::unique_ptr<testsupport::Process> process_;
 };

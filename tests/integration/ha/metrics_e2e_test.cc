@@ -11,9 +11,11 @@
 #include <asio.hpp>
 #include <catch2/catch.hpp>
 
+#include "core/tunnel/packet.h"
 #include "tests/integration/ha/ha_fleet.h"
 #include "tests/integration/ha/ha_test_util.h"
 #include "tests/integration/tunnel/e2e_macros.h"
+#include "tests/integration/tunnel/fake_agent.h"
 #include "tests/support/echo_server.h"
 #include "tests/support/loopback.h"
 
@@ -126,7 +128,20 @@ TEST_CASE("metrics: full scrapes parse as Prometheus text and the named metrics 
   CHECK(a.metric("konn_agent_bytes_total", {{"direction", "to_endpoint"}}) >= 100000);
   CHECK(a.metric("konn_agent_bytes_total", {{"direction", "from_endpoint"}}) >= 100000);
   CHECK(a.dials() == 1);
-  CHECK(a.metric(kAgent + "stream_packets_total", {{"segment", "to_agent"}}).value_or(0) >= 3);
+  // The agent counts what it receives (to_agent) and sends (from_agent) by packet type, as
+  // upstream; its dial latency histogram has the successful dial.
+  auto agent_packets = [&](const char* segment, const char* type) {
+    return a.metric(kAgent + "stream_packets_total", {{"segment", segment}, {"packet_type", type}})
+        .value_or(0);
+  };
+  CHECK(agent_packets("to_agent", "DIAL_REQ") == 1);
+  CHECK(agent_packets("to_agent", "DATA") >= 1);
+  CHECK(agent_packets("to_agent", "CLOSE_REQ") == 1);
+  CHECK(agent_packets("from_agent", "DIAL_RSP") == 1);
+  CHECK(agent_packets("from_agent", "DATA") >= 1);
+  CHECK(agent_packets("from_agent", "CLOSE_RSP") == 1);
+  CHECK(a.metric(kAgent + "dial_duration_seconds_count") == 1);
+  CHECK(a.metric(kAgent + "dial_duration_seconds_bucket", {{"le", "30"}}) == 1);
 
   // A refused dial: the agent's endpoint_dial_failure_total{unknown}, the server's
   // dial_failure_count{error_response}.
@@ -138,6 +153,7 @@ TEST_CASE("metrics: full scrapes parse as Prometheus text and the named metrics 
       },
       10s));
   CHECK(s.metric(kServer + "dial_failure_count", {{"reason", "error_response"}}) == 1);
+  CHECK(a.metric(kAgent + "dial_duration_seconds_count") == 1);  // successful dials only
   // No agent at all.
   CHECK(Tunnel::dial(lonely.channel(), echo.address(), 10s).error.find("No agent available") !=
         std::string::npos);
@@ -157,7 +173,9 @@ TEST_CASE("metrics: full scrapes parse as Prometheus text and the named metrics 
   // lease_lists_total appears with the first list (the lease test checks it).
   CHECK(agent_last.families.count(kAgent + "lease_lists_total") == 0);
 
-  // An agent going away is seen by the server.
+  // An agent going away is seen by the server, and its broken stream is a stream error (upstream:
+  // a failed Recv on the agent stream, no packet).
+  CHECK(s.metrics().families.count(kServer + "stream_errors_total") == 0);  // none so far
   a.process().kill(SIGKILL);
   CHECK(eventually(
       [&] {
@@ -165,12 +183,234 @@ TEST_CASE("metrics: full scrapes parse as Prometheus text and the named metrics 
                s.ready_agents() == 0;
       },
       20s));
+  CHECK(s.metric(kServer + "stream_errors_total",
+                 {{"segment", "from_agent"}, {"code", "Canceled"}, {"packet_type", "Unknown"}}) ==
+        1);
 
   check_scrape(s.health_port(), dir, "server");
   check_scrape(lonely.health_port(), dir, "lonely-server");
   FleetAgent b(dir, certs, "b1", s.agent_port(), {});
   REQUIRE(eventually([&] { return b.servers() == 1; }, 20s));
   check_scrape(b.health_port(), dir, "agent");
+
+  // A server going away breaks the agent's stream: a receive error, by gRPC code.
+  CHECK(b.metrics().families.count(kAgent + "stream_errors_total") == 0);
+  s.kill();
+  CHECK(eventually([&] { return b.servers() == 0; }, 20s));
+  CHECK(b.metric(kAgent + "stream_errors_total",
+                 {{"segment", "to_agent"}, {"code", "Unavailable"}, {"packet_type", "Unknown"}}) ==
+        1);
+  CHECK(b.metric(kAgent + "server_connection_failure_count", {{"direction", "from_server"}}) == 1);
+}
+
+namespace {
+
+using konn::core::tunnel::make_data;
+using konn::core::tunnel::make_dial_response;
+
+// The fake agent answers the next DIAL_REQ with connectID `id`; returns the dial id.
+int64_t accept_dial(FakeAgent& agent, int64_t id) {
+  auto req = agent.next(DIAL_REQ, 10s);
+  REQUIRE(req);
+  int64_t random = req->dialrequest().random();
+  REQUIRE(agent.send(make_dial_response(random, id)));
+  return random;
+}
+
+// Sends DATA for `id` (256 KiB packets) until the server asks to close it or `limit` bytes went.
+// Returns the bytes sent.
+size_t flood(FakeAgent& agent, int64_t id, size_t limit) {
+  const std::string chunk(256 * 1024, 'z');
+  size_t sent = 0;
+  auto closed = [id](const Packet& p) {
+    return p.type() == CLOSE_REQ && p.closerequest().connectid() == id;
+  };
+  while (sent < limit && !agent.received(closed, 0ms)) {
+    std::string bytes = chunk;
+    if (!agent.send(make_data(id, std::move(bytes)))) break;
+    sent += chunk.size();
+  }
+  return sent;
+}
+
+// A unix-socket CONNECT client (kube-apiserver's HTTPConnect egress) that reads only the answer's
+// head, then nothing.
+struct ConnectClient {
+  asio::io_context ctx;
+  asio::local::stream_protocol::socket socket{ctx};
+
+  // Sends the CONNECT request and returns the status line.
+  std::string connect(const std::string& uds, const std::string& target) {
+    socket.connect(asio::local::stream_protocol::endpoint(uds));
+    std::string req = "CONNECT " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    asio::write(socket, asio::buffer(req));
+    std::string head;
+    char c = 0;
+    while (head.find("\r\n\r\n") == std::string::npos) {
+      std::error_code ec;
+      if (asio::read(socket, asio::buffer(&c, 1), ec) != 1) break;
+      head.push_back(c);
+    }
+    return head.substr(0, head.find("\r\n"));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("metrics: a tunnel whose client stops reading is closed alone over its cap",
+          "[e2e][ha][metrics]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  // An upstream-like agent (no konn-flow-control): the server cannot slow it down for one tunnel,
+  // so a client that stops reading has its tunnel closed once 1 MiB (--xfr-channel-size=1)
+  // waits for it. The agent's other tunnels and the stream itself go on.
+  SECTION("gRPC frontend") {
+    FleetServer s(certs, "cap-grpc", {"--xfr-channel-size=1"});
+    s.start();
+    FakeAgent agent(s.agent_port(), certs, {});
+    REQUIRE(agent.wait_connected(10s));
+    REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 10s));
+    CHECK(s.metric(kServer + "tunnels_over_cap_total") == 0);
+    auto ch = s.channel();
+    std::unique_ptr<Tunnel> stalled;
+    std::thread dialer([&] { stalled = Tunnel::dial(ch, "10.1.2.3:80", 10s).tunnel; });
+    accept_dial(agent, 1);
+    dialer.join();
+    REQUIRE(stalled);
+    // The client reads nothing: its inbox (8 MiB) and HTTP/2 windows fill, then the server's
+    // queue for this tunnel.
+    size_t sent = flood(agent, 1, 256 << 20);
+    CHECK(sent < (256U << 20));
+    auto close_req = agent.next(CLOSE_REQ, 10s);
+    REQUIRE(close_req);
+    CHECK(close_req->closerequest().connectid() == 1);
+    CHECK(s.metric(kServer + "tunnels_over_cap_total") == 1);
+    // Reading again (its inbox may be full, which stops its reader), the client finds the
+    // tunnel ended with RESOURCE_EXHAUSTED.
+    auto until = std::chrono::steady_clock::now() + 30s;
+    std::string chunk;
+    while (!stalled->ended() && std::chrono::steady_clock::now() < until) {
+      stalled->read_for(&chunk, 1s);
+    }
+    CHECK(stalled->ended());
+    CHECK(stalled->status().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    // The stream still carries new tunnels.
+    auto other = std::thread([&] { accept_dial(agent, 2); });
+    auto d = Tunnel::dial(ch, "10.1.2.3:81", 10s);
+    other.join();
+    CHECK(d.tunnel);
+    CHECK(s.metric(kServer + "established_connections") == 1);
+  }
+  SECTION("HTTP CONNECT frontend") {
+    FleetServer s(certs, "cap-connect", {"--xfr-channel-size=1", "--mode=http-connect"});
+    s.start();
+    FakeAgent agent(s.agent_port(), certs, {});
+    REQUIRE(agent.wait_connected(10s));
+    REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 10s));
+    ConnectClient client;
+    std::string status;
+    std::thread connecting([&] { status = client.connect(s.uds_path(), "10.1.2.3:80"); });
+    accept_dial(agent, 1);
+    connecting.join();
+    REQUIRE(status == "HTTP/1.1 200 Connection Established");
+    size_t sent = flood(agent, 1, 256 << 20);
+    CHECK(sent < (256U << 20));
+    REQUIRE(agent.next(CLOSE_REQ, 10s));
+    CHECK(s.metric(kServer + "tunnels_over_cap_total") == 1);
+    CHECK(eventually([&] { return s.metric(kServer + "established_connections") == 0; }, 10s));
+  }
+}
+
+TEST_CASE("metrics: reads paused by backpressure are counted by reason", "[e2e][ha][metrics]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  auto paused = [](const FleetServer& s, const char* reason) {
+    return s.metric(kServer + "reads_paused_total", {{"reason", reason}}).value_or(-1);
+  };
+  SECTION("queue_full: the agent stream stops taking packets") {
+    FleetServer s(certs, "pause-queue", {});
+    s.start();
+    FakeAgent agent(s.agent_port(), certs, {});
+    REQUIRE(agent.wait_connected(10s));
+    REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 10s));
+    auto ch = s.channel();
+    std::unique_ptr<Tunnel> t;
+    std::thread dialer([&] { t = Tunnel::dial(ch, "10.1.2.3:80", 10s).tunnel; });
+    accept_dial(agent, 1);
+    dialer.join();
+    REQUIRE(t);
+    agent.pause_reading();
+    // 32 MiB towards an agent that reads nothing: past the HTTP/2 windows, the backend's queue
+    // holds more than 4 MiB of this tunnel and the frontend stops reading its client.
+    const size_t kTotal = 32 << 20;
+    std::atomic<bool> written{false};
+    std::thread writer([&] { written = t->write(std::string(kTotal, 'q')); });
+    CHECK(eventually([&] { return paused(s, "queue_full") >= 1; }, 20s));
+    CHECK_FALSE(written);
+    CHECK(paused(s, "no_credit") == 0);
+    // Once the agent reads again everything arrives, in order and complete.
+    agent.resume_reading();
+    writer.join();
+    CHECK(written);
+    size_t got = 0;
+    while (got < kTotal) {
+      auto p = agent.next(DATA, 10s);
+      REQUIRE(p);
+      got += p->data().data().size();
+    }
+    CHECK(got == kTotal);
+    CHECK(s.metric(kServer + "bytes_total", {{"direction", "to_agent"}}) == kTotal);
+  }
+  SECTION("queue_full: a CONNECT client sends faster than the agent stream takes") {
+    FleetServer s(certs, "pause-connect", {"--mode=http-connect"});
+    s.start();
+    FakeAgent agent(s.agent_port(), certs, {});
+    REQUIRE(agent.wait_connected(10s));
+    REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 10s));
+    ConnectClient client;
+    std::string status;
+    std::thread connecting([&] { status = client.connect(s.uds_path(), "10.1.2.3:80"); });
+    accept_dial(agent, 1);
+    connecting.join();
+    REQUIRE(status == "HTTP/1.1 200 Connection Established");
+    agent.pause_reading();
+    const size_t kTotal = 32 << 20;
+    std::thread writer([&] {
+      std::error_code ec;
+      asio::write(client.socket, asio::buffer(std::string(kTotal, 'q')), ec);
+    });
+    CHECK(eventually([&] { return paused(s, "queue_full") == 1; }, 20s));
+    agent.resume_reading();
+    writer.join();
+    size_t got = 0;
+    while (got < kTotal) {
+      auto p = agent.next(DATA, 10s);
+      REQUIRE(p);
+      got += p->data().data().size();
+    }
+    CHECK(got == kTotal);
+    CHECK(s.metric(kServer + "bytes_total", {{"direction", "to_agent"}}) == kTotal);
+    CHECK(paused(s, "no_credit") == 0);
+  }
+  SECTION("no_credit: konn flow control, the destination stops reading") {
+    konn::testsupport::TempDir dir{"konn-ha"};
+    FleetServer s(certs, "pause-credit", {});
+    s.start();
+    FleetAgent a(dir, certs, "a1", s.agent_port(), {});
+    REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
+    // A destination that never accepts: the kernel completes the connection and buffers what
+    // fits, then the agent cannot write and returns no more credit.
+    asio::io_context ctx;
+    asio::ip::tcp::acceptor sink(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+    std::string address = "127.0.0.1:" + std::to_string(sink.local_endpoint().port());
+    auto d = Tunnel::dial(s.channel(), address, 10s);
+    REQUIRE(d.tunnel);
+    std::thread writer([&] { d.tunnel->write(std::string(96 << 20, 'c')); });
+    // (queue_full may also count: a fast sender passes 4 MiB in the agent stream's queue.)
+    CHECK(eventually([&] { return paused(s, "no_credit") >= 1; }, 30s));
+    d.tunnel->close(5s);
+    writer.join();
+  }
 }
 
 TEST_CASE("metrics: the strict Prometheus text parser rejects what Prometheus rejects",
