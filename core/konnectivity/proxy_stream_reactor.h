@@ -68,7 +68,8 @@ class ProxyStreamReactor final : public grpc::ClientBidiReactor<Packet, Packet>,
   void start_write_op(const Packet* p, grpc::WriteOptions opts) override { StartWrite(p, opts); }
   void start_read_op(Packet* p) override { StartRead(p); }
   void start_finish_op(const grpc::Status& status) override;
-  void cancel_op() override { context_.TryCancel(); }
+  // A client call has no status of its own to send: cancelling is all it can do.
+  void cancel_op(const grpc::Status& /*status*/) override { context_.TryCancel(); }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
 
