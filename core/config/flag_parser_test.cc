@@ -61,7 +61,7 @@ TEST_CASE("pflag-style values are accepted", "[config]") {
   CHECK(o.strategies == std::vector<std::string>{"destHost", "default"});
 }
 
-TEST_CASE("--name= sets an empty value and leaves the next flag alone, as pflag", "[config]") {
+TEST_CASE("a flag written --name= sets an empty value and leaves the next flag alone, as pflag", "[config]") {
   Opts o;
   auto r = run(o, {"--mode=", "--server-port=9000", "--proxy-strategies=", "--keepalive-time=2s"});
   CHECK(r.errors.empty());

@@ -20,7 +20,7 @@ TEST_CASE("registry serializes families and process metrics as Prometheus text",
   CHECK(text.find("process_open_fds ") != std::string::npos);
 }
 
-TEST_CASE("process metrics carry the Go client's types; CPU time is a growing counter",
+TEST_CASE("process metrics carry the Go client's types, CPU time is a growing counter",
           "[metrics]") {
   konn::core::metrics::Registry r;
   auto text = r.serialize();

@@ -44,7 +44,7 @@ TEST_CASE("the default policy refuses the metadata addresses only", "[net]") {
   CHECK(allows(p, "::ffff:10.0.0.5", 80));
 }
 
-TEST_CASE("allow and deny rules with CIDRs and ports; denies win whatever the order", "[net]") {
+TEST_CASE("allow and deny rules with CIDRs and ports, denies win whatever the order", "[net]") {
   auto p = policy(
       {"!10.0.0.7", "10.0.0.0/8:10250", "10.96.0.0/12", "[fd00::/8]:443-444", "!10.96.0.10:53"});
   CHECK(allows(p, "10.1.2.3", 10250));
@@ -62,7 +62,7 @@ TEST_CASE("allow and deny rules with CIDRs and ports; denies win whatever the or
   CHECK_FALSE(allows(p, "192.168.0.1", 10250));  // no rule allows it
 }
 
-TEST_CASE("families stay apart; * covers both; prefixes of any length", "[net]") {
+TEST_CASE("families stay apart, * covers both, prefixes of any length", "[net]") {
   auto v4all = policy({"0.0.0.0/0"});
   CHECK(allows(v4all, "1.2.3.4", 1));
   CHECK(allows(v4all, "::ffff:1.2.3.4", 1));
