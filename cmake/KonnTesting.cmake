@@ -37,3 +37,25 @@ function(konn_add_executable name)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
   konn_set_warnings(${name})
 endfunction()
+
+# konn_add_fuzzer(name SOURCES ... DEPS ...): a libFuzzer target under the `fuzz` preset
+# (KONN_FUZZ, clang; built by the konn_fuzzers target into build/fuzz/fuzz/). Everywhere else the
+# same source links tests/fuzz/replay_main.cc and becomes the ctest `fuzz.<name>`, which runs every
+# input of tests/fuzz/corpus/<name>/ once: each test pass (plain, ASan+UBSan) replays the corpora.
+function(konn_add_fuzzer name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  set(corpus ${CMAKE_CURRENT_SOURCE_DIR}/corpus/${name})
+  if(KONN_FUZZ)
+    add_executable(${name} ${ARG_SOURCES})
+    target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+    set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/fuzz)
+    add_dependencies(konn_fuzzers ${name})
+  elseif(KONN_BUILD_TESTS)
+    add_executable(${name} ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/tests/fuzz/replay_main.cc)
+    target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+    konn_set_warnings(${name})
+    add_test(NAME fuzz.${name} COMMAND ${name} ${corpus})
+    set_tests_properties(fuzz.${name} PROPERTIES LABELS fuzz TIMEOUT 300)
+  endif()
+endfunction()
