@@ -379,6 +379,9 @@ std::string pattern(size_t n, char seed) {
 
 }  // namespace
 
+// reliability: proxy-agent | DATA or CLOSE_REQ for an unknown connectID | CLOSE_RSP "unrecognized
+// reliability+: connectID" or "Unknown connectID" | debug "DATA for unknown connectID ..." or
+// reliability+: "CLOSE_REQ for unknown connectID ..." | the other tunnels
 TEST_CASE("agent sends its identity headers and serves dial, data, close", "[agent][stream]") {
   FakeProxyServer server({});
   Endpoint echo;
@@ -453,6 +456,13 @@ TEST_CASE("endpoint EOF becomes CLOSE_RSP after the data", "[agent][stream]") {
   app.stop();
 }
 
+// reliability: proxy-agent | DIAL_REQ to a closed port | DIAL_RSP "dial tcp ...: connect:
+// reliability+: connection refused" | info "closed: dial failed: ..." | the stream
+// reliability: proxy-agent | DIAL_REQ with protocol udp, or without payload (protocol empty) |
+// reliability+: DIAL_RSP error "... unknown network udp" | warn "[D6] dial refused: protocol "udp"
+// reliability+: ... (only tcp is dialled)" | the stream
+// reliability: proxy-agent | DATA without payload | CLOSE_RSP for connectID 0 | debug "DATA for
+// reliability+: unknown connectID 0" | the stream
 TEST_CASE("dial failures and refused protocols answer DIAL_RSP errors", "[agent][stream]") {
   FakeProxyServer server({});
   AgentApp app(agent_options(server.port()));
@@ -553,6 +563,8 @@ TEST_CASE("with flow control the agent returns credit and honours its window",
   app.stop();
 }
 
+// reliability: proxy-agent | DIAL_CLS for a dial hanging in SYN_SENT | dial abandoned, no DIAL_RSP
+// reliability+: | info "closed: dial cancelled (DIAL_CLS)" | the stream; a later dial works
 TEST_CASE("DIAL_CLS cancels a dial in progress, or closes what it produced", "[agent][stream]") {
   FakeProxyServer server({});
   Endpoint echo;
@@ -613,6 +625,9 @@ TEST_CASE("one stream per server id until servercount is reached", "[agent][set]
   app.stop();
 }
 
+// reliability: proxy-agent | server stream without a servercount header | stream dropped, retried |
+// reliability+: warn "cannot connect to proxy-server ...: expected one servercount header, got 0" |
+// reliability+: agent, retrying
 TEST_CASE("a stream without servercount is dropped and retried", "[agent][set]") {
   FakeProxyServer::Config cfg;
   cfg.send_server_count = false;
@@ -626,6 +641,9 @@ TEST_CASE("a stream without servercount is dropped and retried", "[agent][set]")
   app.stop();
 }
 
+// reliability: proxy-agent | server stream killed with a tunnel open | endpoint connection closed,
+// reliability+: reconnects | info "disconnected (...); closed 1 endpoint connection(s)" | agent;
+// reliability+: dials on the new stream
 TEST_CASE("a lost server stream closes its tunnels and the agent reconnects", "[agent][set]") {
   FakeProxyServer server({});
   Endpoint echo;
@@ -715,6 +733,9 @@ TEST_CASE("readiness follows the server connection, metrics keep upstream names"
   app.stop();
 }
 
+// reliability: proxy-agent | endpoint that never reads, server without flow control | CLOSE_RSP
+// reliability+: "konn agent: endpoint write queue over ..." | info "closed: write queue over its
+// reliability+: cap ..." | the other tunnel on the stream
 TEST_CASE("without flow control a stuck endpoint is closed alone at its cap", "[agent][stream]") {
   FakeProxyServer server({});  // no konn-flow-control: an upstream-like server
   Endpoint stuck{Endpoint::NeverReads{}};

@@ -177,6 +177,16 @@ TEST_CASE("greeting, request and first data coalesced in one write", "[session]"
   CHECK(c.recv(5) == Bytes{'h', 'e', 'l', 'l', 'o'});
 }
 
+// reliability: socks5 | SOCKS4 greeting, or HTTP instead of SOCKS | closed without a reply | info
+// reliability+: "close ... reason="not SOCKS5 (version byte 4)"" | another session keeps relaying
+// reliability: socks5 | greeting with zero methods, or offering only an unknown method | `05 FF`,
+// reliability+: closed | info "close ... reason="greeting with zero methods"" or "no acceptable
+// reliability+: method" | another session keeps relaying
+// reliability: socks5 | request with a bad ATYP, a zero-length name, or an unknown command | reply
+// reliability+: `08`, `01` or `07`, closed | info "close ... reason="bad request"" | another
+// reliability+: session keeps relaying
+// reliability: socks5 | request with version 4 | closed without a reply | info "close ...
+// reliability+: reason="request with wrong version"" | another session keeps relaying
 TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffected",
           "[session]") {
   EchoServer echo;
@@ -218,6 +228,8 @@ TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffe
                                                got.size(), tc.expect.size()))) == tc.expect);
     CHECK(c.closed());
   }
+  // reliability: socks5 | request cut short, then EOF | closed | info "close ... reason="closed
+  // reliability+: during request"" | another session keeps relaying
   SECTION("truncated request then EOF") {
     Client c(server.endpoint());
     c.send({0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x03, 0x0A, 'a', 'b'});
@@ -225,6 +237,9 @@ TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffe
     c.s.shutdown(tcp::socket::shutdown_send);
     CHECK(c.closed());
   }
+  // reliability: socks5 | greeting sent a byte at a time (slowloris) | closed at
+  // reliability+: --handshake-timeout | info "close ... reason="handshake timeout"" | another
+  // reliability+: session keeps relaying
   SECTION("slowloris is closed at the handshake timeout") {
     Client c(server.endpoint());
     auto start = std::chrono::steady_clock::now();
@@ -241,6 +256,8 @@ TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffe
   CHECK(healthy.recv(2) == Bytes{'o', 'k'});
 }
 
+// reliability: socks5 | CONNECT to a closed port | reply `05`, closed | info "close ...
+// reliability+: reason="connect: ..."" | socks5
 TEST_CASE("refused destination gets 05, a rule denial gets 02", "[session]") {
   auto o = defaults();
   o.rules = {"deny to=127.0.0.2/32"};
@@ -266,6 +283,8 @@ TEST_CASE("refused destination gets 05, a rule denial gets 02", "[session]") {
   CHECK(d.closed());
 }
 
+// reliability: socks5 | established session with no traffic | closed at --idle-timeout | info
+// reliability+: "close ... reason="idle timeout"" | socks5
 TEST_CASE("idle sessions are closed after the idle timeout", "[session]") {
   EchoServer echo;
   auto o = defaults();
@@ -283,6 +302,9 @@ TEST_CASE("idle sessions are closed after the idle timeout", "[session]") {
   CHECK(took < 3s);
 }
 
+// reliability: socks5 | connection over --max-sessions-per-client | closed without a byte | warn
+// reliability+: "refused 127.0.0.1: max-sessions-per-client 1 reached for ..." | the first session;
+// reliability+: a new one once it ends
 TEST_CASE("per-client session limit closes the extra connection", "[session]") {
   auto o = defaults();
   o.max_sessions_per_client = 1;

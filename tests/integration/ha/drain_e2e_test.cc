@@ -29,6 +29,9 @@ void echo_once(Tunnel& t, const std::string& payload) {
 
 }  // namespace
 
+// reliability: proxy-agent | SIGTERM of one of two agents | DRAIN to the server, exit 0 once its
+// reliability+: tunnel closed | agent info "signal 15: draining ...", "drained: ..."; server info
+// reliability+: "agent leaving is draining: ..." | its open tunnel; new dials go to the other agent
 TEST_CASE(
     "drain: a draining agent gets no new dials while another serves, and its open tunnel "
     "finishes",
@@ -74,6 +77,9 @@ TEST_CASE(
   for (auto& t : others) echo_once(*t, "the other agent is still here");
 }
 
+// reliability: proxy-server | SIGTERM with a tunnel open | /readyz 503 "[-]shutdown failed", new
+// reliability+: frontends refused, exit 0 after the tunnel | info "draining: not ready, ...",
+// reliability+: "drained: no tunnel left" | the open tunnel, /healthz 200
 TEST_CASE(
     "drain: server SIGTERM turns not ready, refuses new frontends, lets the open tunnel "
     "finish, then exits",
@@ -114,6 +120,9 @@ TEST_CASE("drain: server graceful timeout closes what is left, a second signal e
   konn::testsupport::TempDir dir{"konn-ha"};
   konn::testsupport::EchoServer echo;
 
+  // reliability: proxy-server | SIGTERM, tunnel still open at --graceful-shutdown-timeout | tunnel
+  // reliability+: closed, exit 0 | info "graceful shutdown timeout: closing 1 tunnel(s)" | nothing:
+  // reliability+: it exits
   SECTION("timeout") {
     FleetServer s(certs, "s1", {"--graceful-shutdown-timeout=1s"});
     s.start();
@@ -125,6 +134,8 @@ TEST_CASE("drain: server graceful timeout closes what is left, a second signal e
     CHECK(s.process().count_in_log("graceful shutdown timeout: closing 1 tunnel(s)") == 1);
     CHECK(eventually([&] { return t->ended(); }, 20s));
   }
+  // reliability: proxy-server | a second signal while draining | exit 1 at once | warn "signal 2
+  // reliability+: again: exiting now" | nothing: it exits
   SECTION("second signal") {
     FleetServer s(certs, "s1", {"--graceful-shutdown-timeout=5m"});
     s.start();

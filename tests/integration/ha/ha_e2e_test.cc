@@ -27,6 +27,9 @@ std::vector<uint16_t> agent_ports(const std::vector<std::unique_ptr<FleetServer>
 
 }  // namespace
 
+// reliability: proxy-agent | SIGKILL of one of three servers behind one balanced address | its
+// reliability+: stream dropped, 2 of 3 kept | info "server ... at ... gone: ..." | both agents
+// reliability+: route through the 2 other servers
 TEST_CASE(
     "ha: three servers and two agents, a stream to each; a killed server leaves the rest "
     "routing",
@@ -63,6 +66,9 @@ TEST_CASE(
   }
 }
 
+// reliability: proxy-agent | apiserver answers lease lists with 503 | keeps the last server count
+// reliability+: (4) | warn "cannot list server leases (...); keeping the last count 4" | streams to
+// reliability+: the 4 servers
 TEST_CASE(
     "ha: servers publish Leases, collect expired ones, and agents counting them find a "
     "fourth server",

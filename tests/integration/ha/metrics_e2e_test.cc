@@ -264,6 +264,10 @@ TEST_CASE("metrics: a tunnel whose client stops reading is closed alone over its
   // An upstream-like agent (no konn-flow-control): the server cannot slow it down for one tunnel,
   // so a client that stops reading has its tunnel closed once 1 MiB (--xfr-channel-size=1)
   // waits for it. The agent's other tunnels and the stream itself go on.
+  // reliability: proxy-server | gRPC client stops reading, upstream-like agent without flow control
+  // reliability+: | that tunnel closed over --xfr-channel-size: `RESOURCE_EXHAUSTED`, CLOSE_REQ to
+  // reliability+: the agent | warn "closing tunnel: the client stopped reading and ... bytes wait
+  // reliability+: (cap ...)" | the agent stream carries a new tunnel
   SECTION("gRPC frontend") {
     FleetServer s(certs, "cap-grpc", {"--xfr-channel-size=1"});
     s.start();
@@ -301,6 +305,10 @@ TEST_CASE("metrics: a tunnel whose client stops reading is closed alone over its
     CHECK(d.tunnel);
     CHECK(s.metric(kServer + "established_connections") == 1);
   }
+  // reliability: proxy-server | CONNECT client stops reading, agent without flow control | that
+  // reliability+: tunnel closed over its cap, CLOSE_REQ to the agent | warn "closing tunnel: the
+  // reliability+: client stopped reading and ... bytes wait ..." | the agent stream;
+  // reliability+: established_connections back to 0
   SECTION("HTTP CONNECT frontend") {
     FleetServer s(certs, "cap-connect", {"--xfr-channel-size=1", "--mode=http-connect"});
     s.start();
@@ -436,6 +444,8 @@ TEST_CASE("metrics: the strict Prometheus text parser rejects what Prometheus re
                   .errors.empty());  // no +Inf
 }
 
+// reliability: proxy-server | CONNECT clients reset (SO_LINGER 0) mid-download | tunnels finished |
+// reliability+: debug "http-connect tunnel closed: ..." | every gauge back to 0 on server and agent
 TEST_CASE("metrics: http-connect gauges return to 0 after clients reset mid-download",
           "[e2e][metrics]") {
   // A client that resets while the agent still sends DATA: the agent's CLOSE_RSP can arrive

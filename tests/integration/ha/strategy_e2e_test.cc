@@ -27,6 +27,9 @@ bool connected(FleetServer& s, const std::string& agent) {
 
 }  // namespace
 
+// reliability: proxy-server | dial no --proxy-strategies entry can place | DIAL_RSP error `No agent
+// reliability+: available` | info "dial to ... failed: No agent available" | dials the strategies
+// reliability+: can place
 TEST_CASE(
     "strategy destHost,defaultRoute: ipv4, host and cidr identifiers, then the default "
     "route, else No agent available",

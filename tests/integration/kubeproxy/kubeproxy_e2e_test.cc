@@ -382,6 +382,9 @@ TEST_CASE("upgrade round trip with half-close", "[kubeproxy][e2e]") {
   CHECK_THAT(got, Catch::EndsWith("early-helloBYE\n"));
 }
 
+// reliability: kubeproxy-http | exec or attach path, Host outside --accept-hosts, DELETE with
+// reliability+: --reject-methods | `HTTP/1.1 403 Forbidden` "Forbidden" | debug "filter rejecting
+// reliability+: ..." | kubeproxy-http
 TEST_CASE("filters answer 403 Forbidden like kubectl", "[kubeproxy][e2e]") {
   Fixture f;
   uint16_t port = 0;
@@ -402,6 +405,8 @@ TEST_CASE("filters answer 403 Forbidden like kubectl", "[kubeproxy][e2e]") {
   CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 403 Forbidden"));
 }
 
+// reliability: kubeproxy-http | apiserver down (nothing listens) | `HTTP/1.1 502 Bad Gateway` with
+// reliability+: "connection refused" and the port | warn "...: GET /api/: ..." | kubeproxy-http
 TEST_CASE("upstream down gives 502 with the reason", "[kubeproxy][e2e]") {
   Fixture f;
   // A port that was just free: nothing listens there.
@@ -423,12 +428,18 @@ TEST_CASE("upstream down gives 502 with the reason", "[kubeproxy][e2e]") {
   CHECK_THAT(r.out, Catch::Contains("connection refused") && Catch::Contains(std::to_string(dead)));
 }
 
+// reliability: kubeproxy-http | Content-Length with Transfer-Encoding (a smuggled request behind),
+// reliability+: either order, or TE `chunked, identity` | `HTTP/1.1 400 Bad Request`, closed,
+// reliability+: nothing smuggled | info "...: rejected request (400): ..." | kubeproxy-http
 TEST_CASE("bad input: 431, slowloris, smuggling", "[kubeproxy][e2e]") {
   Fixture f;
   uint16_t port = 0;
   auto kp = f.start_proxy({"--kubeconfig=" + f.kubeconfig(), "--max-header-bytes=8192",
                            "--request-header-timeout=600ms"},
                           "kp", &port);
+  // reliability: kubeproxy-http | 20 kB header over --max-header-bytes | `HTTP/1.1 431 Request
+  // reliability+: Header Fields Too Large`, closed | info "...: rejected request (431): ..." |
+  // reliability+: kubeproxy-http
   SECTION("over-long header") {
     RawClient c(port);
     c.send("GET /api/ HTTP/1.1\r\nHost: localhost\r\nX-Big: " + std::string(20000, 'a') +
@@ -437,6 +448,9 @@ TEST_CASE("bad input: 431, slowloris, smuggling", "[kubeproxy][e2e]") {
     CHECK_THAT(got, Catch::StartsWith("HTTP/1.1 431 Request Header Fields Too Large"));
     CHECK(c.eof());
   }
+  // reliability: kubeproxy-http | header trickled a byte per 100 ms (slowloris) | `HTTP/1.1 408`,
+  // reliability+: closed within 3 s | debug "...: request head not complete in time, closed" |
+  // reliability+: kubeproxy-http
   SECTION("slowloris gets 408 and is closed") {
     RawClient c(port);
     auto start = Clock::now();
@@ -528,6 +542,10 @@ TEST_CASE("credentials: client certificate, impersonation, caller headers", "[ku
   CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 401"));
 }
 
+// reliability: kubeproxy-http | missing kubeconfig, kubeconfig naming a missing CA file, unknown
+// reliability+: flag | exit 1 naming the file and field
+// reliability+: (clusters["c"].cluster.certificate-authority) | on stderr | nothing: it does not
+// reliability+: start
 TEST_CASE("kubeconfig missing or invalid: error names file and field, exit 1", "[kubeproxy][e2e]") {
   TempDir d;
   auto r = run({bin("kubeproxy-http"), "--port=0", "--kubeconfig=" + (d.path / "nope").string()},
@@ -571,6 +589,15 @@ TEST_CASE("CONNECT mode for kubectl and curl", "[kubeproxy][e2e]") {
   CHECK(c.read_until_contains("\r\n\r\n") == "HTTP/1.1 200 Connection established\r\n\r\n");
 }
 
+// reliability: kubeproxy-http | CONNECT without Proxy-Authorization (--proxy-user set) | `HTTP/1.1
+// reliability+: 407` with Proxy-Authenticate: Basic | access log line only with --access-log | curl
+// reliability+: with credentials connects after
+// reliability: kubeproxy-http | CONNECT outside --allowed-destinations | `HTTP/1.1 403 Forbidden` |
+// reliability+: info "...: CONNECT 10.1.2.3:443 refused: not in --allowed-destinations" | curl with
+// reliability+: credentials connects after
+// reliability: kubeproxy-http | CONNECT to a closed port | `HTTP/1.1 502 Bad Gateway` "connection
+// reliability+: refused" | info "...: CONNECT 127.0.0.1:1: ..." | curl with credentials connects
+// reliability+: after
 TEST_CASE("CONNECT mode refusals: 403, 407, 502", "[kubeproxy][e2e]") {
   Fixture f;
   uint16_t cport = 0;
@@ -657,6 +684,9 @@ TEST_CASE("unix socket, api prefix and static files", "[kubeproxy][e2e]") {
   CHECK_THAT(r.out, !Catch::Contains("s3cret"));
 }
 
+// reliability: kubeproxy-http | request without the --require-token token | `HTTP/1.1 401
+// reliability+: Unauthorized` | access log line (--access-log) | the request with the token is
+// reliability+: served
 TEST_CASE("hardened listener: TLS and a required caller token", "[kubeproxy][e2e]") {
   Fixture f;
   uint16_t port = 0;

@@ -73,6 +73,10 @@ TEST_CASE("limits: --max-frontend-streams refuses a gRPC stream and a CONNECT co
   const auto& certs = konn::testsupport::test_certs();
   konn::testsupport::TempDir dir{"konn-limits"};
   konn::testsupport::EchoServer echo;
+  // reliability: proxy-server | gRPC frontend stream over --max-frontend-streams |
+  // reliability+: `RESOURCE_EXHAUSTED` "too many frontend streams (limit 2,
+  // reliability+: --max-frontend-streams)" | warn "frontend from ... refused: 2 frontend streams
+  // reliability+: open (--max-frontend-streams)" | open tunnels; a slot comes back when one ends
   SECTION("gRPC frontend: RESOURCE_EXHAUSTED") {
     FleetServer s(certs, "streams", {"--max-frontend-streams=2"});
     s.start();
@@ -98,6 +102,10 @@ TEST_CASE("limits: --max-frontend-streams refuses a gRPC stream and a CONNECT co
     t2.tunnel->close(5s);
     still_serving(s, echo.address());
   }
+  // reliability: proxy-server | CONNECT connection over --max-frontend-streams | `HTTP/1.1 503`
+  // reliability+: "too many frontend connections ...", before any request | warn "frontend from ...
+  // reliability+: refused: 1 frontend streams open (--max-frontend-streams)" | the open tunnel; a
+  // reliability+: slot comes back when it ends
   SECTION("CONNECT frontend: HTTP 503") {
     FleetServer s(certs, "conns", {"--mode=http-connect", "--max-frontend-streams=1"});
     s.start();
@@ -124,6 +132,10 @@ TEST_CASE("limits: --max-frontend-streams refuses a gRPC stream and a CONNECT co
   }
 }
 
+// reliability: proxy-server | dial over --max-pending-dials-per-agent or --max-pending-dials |
+// reliability+: DIAL_RSP error "too many pending dials [to agent agent-a] (limit ...)" | warn
+// reliability+: "[D... A...] dial refused: too many pending dials ..." | pending dials complete,
+// reliability+: then new dials are admitted
 TEST_CASE("limits: pending dials, in all and per agent, get a DIAL_RSP error or HTTP 503",
           "[e2e][limits]") {
   KONN_REQUIRE_DAEMONS();
@@ -179,6 +191,10 @@ TEST_CASE("limits: pending dials, in all and per agent, get a DIAL_RSP error or 
   CHECK(s.process().running());
 }
 
+// reliability: proxy-server | dial to an agent carrying --max-tunnels-per-agent tunnels | DIAL_RSP
+// reliability+: error "agent ... carries too many tunnels (limit 2, ...)", never sent to the agent
+// reliability+: | warn "[D... A...] dial refused: agent ... carries too many tunnels ..." | its 2
+// reliability+: tunnels
 TEST_CASE("limits: --max-tunnels-per-agent refuses dials to a full agent stream", "[e2e][limits]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();
@@ -206,6 +222,10 @@ TEST_CASE("limits: --max-tunnels-per-agent refuses dials to a full agent stream"
   CHECK(s.metric(kServer + "established_connections") == 2);
 }
 
+// reliability: proxy-server | CONNECT head over --http-connect-max-header-bytes, or unfinished at
+// reliability+: --http-connect-header-timeout | `HTTP/1.1 431`, or closed without an answer | info
+// reliability+: "http-connect client ...: bad request: ..." or "... no complete request head in 1s;
+// reliability+: closing" | server (still running)
 TEST_CASE("limits: CONNECT request heads: size (431) and time", "[e2e][limits]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();
@@ -234,6 +254,10 @@ TEST_CASE("limits: CONNECT request heads: size (431) and time", "[e2e][limits]")
   CHECK(s.process().running());
 }
 
+// reliability: proxy-server | TCP connection that never starts TLS (agent port, CONNECT TLS
+// reliability+: frontend) | closed within 8 s | CONNECT: info "http-connect client ...: no TLS
+// reliability+: handshake within 1s (--tls-handshake-timeout)"; agent port: nothing (gRPC core) |
+// reliability+: server (still running)
 TEST_CASE("limits: TLS handshakes are bounded by --tls-handshake-timeout", "[e2e][limits]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();
@@ -258,6 +282,9 @@ TEST_CASE("limits: TLS handshakes are bounded by --tls-handshake-timeout", "[e2e
   CHECK(s.process().running());
 }
 
+// reliability: proxy-server | gRPC frontend stream that sends no DIAL_REQ | `DEADLINE_EXCEEDED` "no
+// reliability+: DIAL_REQ within 1s" | info "frontend stream from ... closed: no DIAL_REQ within 1s
+// reliability+: (--dial-request-timeout)" | server; its Proxy stream gauge back to 0
 TEST_CASE("limits: a gRPC frontend stream that sends no DIAL_REQ is finished", "[e2e][limits]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();
@@ -282,6 +309,10 @@ TEST_CASE("limits: a gRPC frontend stream that sends no DIAL_REQ is finished", "
       10s));
 }
 
+// reliability: proxy-agent | dial over --max-endpoint-connections | DIAL_RSP error "too many
+// reliability+: endpoint connections (limit 2, ...)", `HTTP/1.1 503` at the CONNECT frontend | warn
+// reliability+: "[D...] dial to ... refused: 2 endpoint connections open
+// reliability+: (--max-endpoint-connections)" | agent; a dial succeeds once a connection closes
 TEST_CASE("limits: the agent's --max-endpoint-connections refuses further dials", "[e2e][limits]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();

@@ -69,6 +69,10 @@ std::string dial_with_protocol(const FleetServer& s, const std::string& protocol
 
 }  // namespace
 
+// reliability: proxy-agent | dial to 169.254.169.254, its IPv4-mapped form, fe80::1, fd00:ec2::254
+// reliability+: | DIAL_RSP error "... not allowed by the agent's --allowed-destinations" | warn
+// reliability+: "dial refused: dial tcp 169.254.169.254:80: destination 169.254.169.254 not allowed
+// reliability+: ..." | other destinations dial
 TEST_CASE("security: by default the agent refuses the cloud metadata addresses",
           "[e2e][security]") {
   KONN_REQUIRE_DAEMONS();
@@ -92,6 +96,10 @@ TEST_CASE("security: by default the agent refuses the cloud metadata addresses",
   CHECK(d.tunnel);
 }
 
+// reliability: proxy-agent | dial to a name with refused addresses, or to a port outside an
+// reliability+: --allowed-destinations list | DIAL_RSP error "... not allowed ...", refused
+// reliability+: addresses never dialled | warn "dial refused: ..." | allowed addresses and
+// reliability+: host:port dial
 TEST_CASE("security: destinations are checked after name resolution, on every address",
           "[e2e][security]") {
   KONN_REQUIRE_DAEMONS();
@@ -126,6 +134,9 @@ TEST_CASE("security: destinations are checked after name resolution, on every ad
   }
 }
 
+// reliability: proxy-server | CONNECT to a destination the agent refuses | `HTTP/1.1 403 Forbidden`
+// reliability+: with the agent's reason | server info "dial to ... failed: ..."; agent warn "dial
+// reliability+: refused: ..." | server and agent
 TEST_CASE("security: a refused destination is HTTP 403 through the CONNECT frontend",
           "[e2e][security]") {
   KONN_REQUIRE_DAEMONS();
@@ -136,6 +147,9 @@ TEST_CASE("security: a refused destination is HTTP 403 through the CONNECT front
   CHECK(c.read_to_end(5s).find(kNotAllowed) != std::string::npos);
 }
 
+// reliability: proxy-agent | DIAL_REQ with protocol udp, unix, tcp4, ip:icmp or empty | DIAL_RSP
+// reliability+: error "dial udp ...: unknown network udp" | warn "... dial refused: protocol ...
+// reliability+: (only tcp is dialled)" | agent; a tcp dial works, nothing reached the destination
 TEST_CASE("security: the agent dials tcp only", "[e2e][security]") {
   KONN_REQUIRE_DAEMONS();
   konn::testsupport::EchoServer echo;
@@ -172,6 +186,12 @@ TEST_CASE(
         std::vector<std::string>{"--agent-cert=" + crt, "--agent-key=" + key,
                                  "--agent-identifiers=" + identifiers});
   };
+  // reliability: proxy-server | agent claiming identifiers its certificate does not prove
+  // reliability+: (--verify-agent-identifiers=cert) | stream ends `PERMISSION_DENIED` "agent
+  // reliability+: identifiers not proven by its certificate ..." | warn "agent liar from ...
+  // reliability+: rejected: identifiers not proven by its certificate (CN ...): host=node-b
+  // reliability+: (--verify-agent-identifiers=cert)" | honest agents routed; the refused agent
+  // reliability+: retries
   SECTION("checked") {
     FleetServer s(certs, "verify",
                   {"--verify-agent-identifiers=cert", "--route-agent-names=gateway",
@@ -225,6 +245,9 @@ TEST_CASE("security: unix sockets are created 0770 whatever the umask", "[e2e][s
   }
 }
 
+// reliability: proxy-server | agent with a token the apiserver rejects, everything at --v=10 |
+// reliability+: `UNAUTHENTICATED` | warn "agent bad from ... rejected: ...", no token, credential
+// reliability+: or key in any log or /metrics | the good agent serves a tunnel
 TEST_CASE("security: no token, credential or key in any log line or metric", "[e2e][security]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();
@@ -285,6 +308,12 @@ TEST_CASE("security: no token, credential or key in any log line or metric", "[e
   }
 }
 
+// reliability: proxy-server | TLS 1.1 client on the agent port, the gRPC and the CONNECT TLS
+// reliability+: frontends | handshake refused (TLS 1.2 accepted) | CONNECT: info "http-connect
+// reliability+: client ...: TLS handshake failed: ..."; gRPC: nothing (gRPC core) | server
+// reliability: proxy-agent | proxy-server and apiserver that speak only TLS 1.1 | agent refuses
+// reliability+: both handshakes | warn "cannot connect to proxy-server ..." and "cannot list server
+// reliability+: leases (TLS handshake with ...)" | agent, with 0 servers, retrying
 TEST_CASE("security: TLS below 1.2 is refused by every listener and client", "[e2e][security]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();

@@ -23,6 +23,16 @@ std::string write_file(const konn::testsupport::TempDir& dir, const std::string&
 
 }  // namespace
 
+// reliability: proxy-server | agent token of another service account, or not authenticated |
+// reliability+: `UNAUTHENTICATED`, not admitted | warn "agent ... from ... rejected: token belongs
+// reliability+: to "system:serviceaccount:default:intruder", want ..." or "... token not
+// reliability+: authenticated: ..." | the admitted agent serves dials
+// reliability: proxy-server | apiserver answers the TokenReview with HTTP 500 | `UNAUTHENTICATED` |
+// reliability+: warn "agent error from ... rejected: token review failed: apiserver answered HTTP
+// reliability+: 500" | the admitted agent serves dials
+// reliability: proxy-server | TokenReview that hangs 15 s | refused after --authentication-timeout
+// reliability+: (2 s) | warn "agent slow from ... rejected: token review failed: no answer ..." |
+// reliability+: dials through the admitted agent answered within 2 s meanwhile
 TEST_CASE("agents are admitted by TokenReview, and only the agents' service account",
           "[e2e][auth]") {
   const auto& certs = konn::testsupport::test_certs();

@@ -201,8 +201,16 @@ TEST_CASE("http-connect passes the destination's half-close: the client can stil
   CHECK(saw_eof.load());
 }
 
+// reliability: proxy-server | GET instead of CONNECT, or a CONNECT target without a port |
+// reliability+: `HTTP/1.1 405` or `HTTP/1.1 400`, closed | nothing | a later CONNECT is established
+// reliability: proxy-server | 100 kB CONNECT header, or binary garbage | `HTTP/1.1 431` or
+// reliability+: `HTTP/1.1 400`, closed | info "http-connect client ...: bad request: ..." | a later
+// reliability+: CONNECT is established
 TEST_CASE("http-connect failures get upstream's status, a clear body, and a close", "[e2e][http-connect]") {
   ConnectStack st;
+  // reliability: proxy-server | CONNECT to a closed port | `HTTP/1.1 502 Bad Gateway` with
+  // reliability+: "connect: connection refused", closed | info "dial to ... failed: ..." | a later
+  // reliability+: CONNECT is established
   SECTION("dial refused: 502 with the agent's error") {
     uint16_t closed_port = 0;
     {
@@ -242,6 +250,9 @@ TEST_CASE("http-connect failures get upstream's status, a clear body, and a clos
     auto rsp = read_all(s);
     CHECK(rsp.rfind("HTTP/1.1 400 ", 0) == 0);
   }
+  // reliability: proxy-server | CONNECT head that never completes | closed without an answer after
+  // reliability+: the header timeout (1-5 s) | info "http-connect client ...: no complete request
+  // reliability+: head in ...; closing" | a later CONNECT is established
   SECTION("slowloris: a head that never completes is dropped after the header timeout") {
     auto s = st.connect();
     asio::write(s, asio::buffer(std::string("CONNECT 127.0.0.1:80 HTTP/1.1\r\nX-Slow: ")));
@@ -259,6 +270,9 @@ TEST_CASE("http-connect failures get upstream's status, a clear body, and a clos
   expect_established(s);
 }
 
+// reliability: proxy-server | CONNECT with no agent connected | `HTTP/1.1 500` "currently no
+// reliability+: tunnels available: No agent available" | nothing (dial_failure_count{no_agent}) |
+// reliability+: server
 TEST_CASE("http-connect with no agent: 500 'No agent available'", "[e2e][http-connect]") {
   ConnectStack st(false);
   auto s = st.connect();
@@ -268,6 +282,9 @@ TEST_CASE("http-connect with no agent: 500 'No agent available'", "[e2e][http-co
   CHECK(rsp.find("currently no tunnels available: No agent available") != std::string::npos);
 }
 
+// reliability: proxy-server | CONNECT client that never reads while its destination floods | its
+// reliability+: tunnel stalls alone | nothing | another tunnel on the same agent stream moves 32
+// reliability+: MiB
 TEST_CASE("http-connect: a stalled client does not slow another tunnel", "[e2e][http-connect]") {
   ConnectStack st;
   // Tunnel A: the destination floods it, the client never reads.
@@ -300,6 +317,9 @@ TEST_CASE("http-connect: a stalled client does not slow another tunnel", "[e2e][
   flooder.join();
 }
 
+// reliability: proxy-server | curl without a client certificate on the TCP+mTLS CONNECT frontend |
+// reliability+: TLS handshake refused (curl fails) | info "http-connect client ...: TLS handshake
+// reliability+: failed: ..." | server
 TEST_CASE("curl -p through the TCP+mTLS frontend reaches an HTTPS origin", "[e2e][http-connect]") {
   ConnectStack st(true, true);
   // A small HTTPS origin with the test server certificate (SAN 127.0.0.1).

@@ -24,6 +24,8 @@ std::string negotiated(uint16_t port, const std::string& cipher,
 
 }  // namespace
 
+// reliability: proxy-server | TLS 1.2 client offering only a suite outside --cipher-suites |
+// reliability+: handshake fails (`Cipher is (NONE)`) | nothing | the allowed suite is negotiated
 TEST_CASE("cipher suites flag restricts TLS 1.2 suites on the agent port and the CONNECT frontend",
           "[e2e][tls]") {
   const auto& certs = konn::testsupport::test_certs();
@@ -49,6 +51,9 @@ TEST_CASE("cipher suites flag restricts TLS 1.2 suites on the agent port and the
   }
 }
 
+// reliability: proxy-server | --cipher-suites=TLS_RSA_WITH_RC4_128_SHA
+// reliability+: --tls-min-version=VersionTLS11 | exit 1: "TLS_RSA_WITH_RC4_128_SHA is insecure",
+// reliability+: "VersionTLS11 is refused" | on stderr | nothing: it does not start
 TEST_CASE("insecure or unknown TLS settings stop the server with a message naming them",
           "[e2e][tls]") {
   konn::testsupport::ProcessOptions o;

@@ -63,6 +63,8 @@ uint16_t port_of(const Bytes& reply) { return static_cast<uint16_t>(reply[8] << 
 
 }  // namespace
 
+// reliability: socks5 | CONNECT to a name that does not resolve | reply `04` (host unreachable) |
+// reliability+: info "close ... reason=..." (one line per session) | socks5
 TEST_CASE("curl --socks5 and --socks5-hostname without authentication", "[e2e]") {
   TempDir dir;
   HttpServer http("hello through socks\n");
@@ -96,6 +98,11 @@ TEST_CASE("curl --socks5 and --socks5-hostname without authentication", "[e2e]")
   CHECK(http.requests() == 2);
 }
 
+// reliability: socks5 | wrong password | auth status failure, closed (curl exit 97) | warn
+// reliability+: "authentication failed for user "alice" from ..." | socks5; the right password
+// reliability+: works
+// reliability: socks5 | no credentials when a users file is set | method `FF` (no acceptable
+// reliability+: method), closed | info "close ... reason="no acceptable method"" | socks5
 TEST_CASE("curl with user:pass against a crypt(3) users file", "[e2e]") {
   TempDir dir;
   HttpServer http("authenticated\n");
@@ -129,6 +136,10 @@ TEST_CASE("curl with user:pass against a crypt(3) users file", "[e2e]") {
   CHECK(curl({"-x", "socks5://alice:wonder%20land@127.0.0.1:" + port, url}).exit_code == 97);
 }
 
+// reliability: socks5 | CONNECT matching a deny rule, or no rule with default deny | reply `02`,
+// reliability+: closed | warn "denied connect to x.blocked.test (127.0.0.1) port ... by rule 1
+// reliability+: "deny host=*.blocked.test"" or "... by policy "default deny"" | socks5; allowed
+// reliability+: destinations connect
 TEST_CASE("a rule denial gets 02 and a log line, the YAML config file sets the same keys",
           "[e2e]") {
   TempDir dir;
@@ -194,6 +205,8 @@ TEST_CASE("kubectl get --raw /api through socks5 (proxy-url on the kubeconfig cl
   CHECK(socks.log_has("cmd=CONNECT dst=127.0.0.1:" + api_port + " reply=succeeded"));
 }
 
+// reliability: socks5 | UDP datagram with FRAG != 0 | dropped silently | info close line "... 1
+// reliability+: datagrams dropped" | the association relays the next datagram
 TEST_CASE("UDP ASSOCIATE: echo through the relay, FRAG != 0 dropped, ends with the control "
           "connection", "[e2e]") {
   TempDir dir;
@@ -291,6 +304,9 @@ TEST_CASE("BIND: first reply names the listener, second the peer, then bytes flo
   CHECK(socks.log_has("cmd=BIND dst=127.0.0.1:0 reply=succeeded up=2 down=4"));
 }
 
+// reliability: socks5 | SIGTERM with a session open | new connections refused (listener closed),
+// reliability+: exit 0 after the last session | info "shutting down: draining 1 sessions ...", "all
+// reliability+: sessions closed" | the open session until it ends
 TEST_CASE("SIGTERM drains: live sessions finish, new ones are refused, then exit 0", "[e2e]") {
   TempDir dir;
   HttpServer http("x");

@@ -143,6 +143,12 @@ Packet bare(PacketType type) {
 
 }  // namespace
 
+// reliability: proxy-server | 64 KiB of random bytes, an HTTP/1.1 GET, or an HTTP/2 preface then
+// reliability+: garbage on the gRPC frontend socket | connection closed | nothing (gRPC core) |
+// reliability+: server serves a page, a new agent connects
+// reliability: proxy-server | random bytes, or a TLS ClientHello cut short, on the agent port
+// reliability+: (mTLS) | connection closed | nothing (gRPC core) | server serves a page, a new
+// reliability+: agent connects
 TEST_CASE("e2e: garbage bytes on the unix socket and on the agent port", "[e2e][bad-input]") {
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;
@@ -187,6 +193,22 @@ TEST_CASE("e2e: garbage bytes on the unix socket and on the agent port", "[e2e][
   CHECK(s.server.wait_agent_connected("agent-late", 10s));
 }
 
+// reliability: proxy-server | frontend DIAL_REQ without dialRequest | DIAL_RSP error "DIAL_REQ
+// reliability+: without a dial request", stream finished | info "dial to ... failed: DIAL_REQ
+// reliability+: without a dial request" | server serves a page through a fresh channel
+// reliability: proxy-server | frontend DIAL_REQ with an empty address | DIAL_RSP error from the
+// reliability+: agent | info "dial to ... failed at the agent: ..." | server serves a page through
+// reliability+: a fresh channel
+// reliability: proxy-server | frontend DATA before any dial, or for an unknown connectID | dropped;
+// reliability+: stream finished after the half-close, well before the deadline | debug "DATA from
+// reliability+: frontend dropped" | server serves a page through a fresh channel
+// reliability: proxy-server | frontend CLOSE_REQ without payload or for an unknown connectID |
+// reliability+: CLOSE_RSP "Unknown connectID", stream finished | nothing | server serves a page
+// reliability+: through a fresh channel
+// reliability: proxy-server | frontend DIAL_CLS without closeDial, DIAL_RSP, CLOSE_RSP, DRAIN or
+// reliability+: packet type 99 | ignored; stream finished after the half-close, well before the
+// reliability+: deadline | debug "unexpected packet from frontend ignored" (nothing for DIAL_CLS) |
+// reliability+: server serves a page through a fresh channel
 TEST_CASE("e2e: malformed packets from a frontend", "[e2e][bad-input]") {
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;
@@ -234,6 +256,9 @@ TEST_CASE("e2e: malformed packets from a frontend", "[e2e][bad-input]") {
     REQUIRE(s.server.running());
   }
 
+  // reliability: proxy-server | DATA for another connectID on an established tunnel's stream |
+  // reliability+: dropped, stream finished (no deadline) | debug "DATA from frontend dropped" |
+  // reliability+: server serves a page through a fresh channel
   SECTION("a second connectID on an established tunnel's stream") {
     auto stub = ProxyService::NewStub(s.channel);
     grpc::ClientContext ctx;
@@ -273,6 +298,10 @@ TEST_CASE("e2e: malformed packets from an agent", "[e2e][bad-input]") {
   auto stub = AgentService::NewStub(channel);
   auto open = [](auto& st, grpc::ClientContext* ctx) { return st.Connect(ctx); };
 
+  // reliability: proxy-server | agent stream without an agentid header | stream ends `UNKNOWN`
+  // reliability+: "expected one agent ID in the context, got 0" | warn "agent from ... rejected:
+  // reliability+: expected one agentid header, got 0" | server serves a page through a fresh
+  // reliability+: channel
   SECTION("a stream without an agentid header is refused") {
     Exchange e = exchange(*stub, {}, open, 5s);
     INFO(e.summary());
@@ -280,6 +309,16 @@ TEST_CASE("e2e: malformed packets from an agent", "[e2e][bad-input]") {
     CHECK(e.status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
   }
 
+  // reliability: proxy-server | agent DATA for an unknown connectID | CLOSE_REQ for that connectID
+  // reliability+: | debug "DATA for unknown connection; closing it at the agent" | the agent
+  // reliability+: stream; server serves a page through a fresh channel
+  // reliability: proxy-server | agent DIAL_RSP that nobody dialled | CLOSE_REQ for its connectID |
+  // reliability+: debug "DIAL_RSP for no pending dial (the frontend gave up)" | the agent stream;
+  // reliability+: server serves a page through a fresh channel
+  // reliability: proxy-server | agent DIAL_REQ, CLOSE_REQ, packet type 99, or DATA, DIAL_RSP,
+  // reliability+: CLOSE_RSP, DIAL_CLS without payload | ignored | warn "[A...] unexpected packet
+  // reliability+: from agent ignored" (nothing for the empty ones) | the agent stream until it ends
+  // reliability+: (info "agent disconnected agentID=fake-agent")
   SECTION("packets a real agent never sends") {
     Packet unknown_type;
     unknown_type.set_type(static_cast<PacketType>(99));
@@ -322,6 +361,9 @@ TEST_CASE("e2e: malformed packets from an agent", "[e2e][bad-input]") {
   check_still_serving(s);
 }
 
+// reliability: proxy-server | agent with a certificate from another CA, or with none | TLS
+// reliability+: handshake refused | agent warn "cannot connect to proxy-server"; server: nothing
+// reliability+: about the agent | server serves a page through a fresh channel
 TEST_CASE("e2e: an agent without a valid certificate is rejected and the server serves on",
           "[e2e][bad-input]") {
   KONN_REQUIRE_DAEMONS();
@@ -352,6 +394,10 @@ TEST_CASE("e2e: an agent without a valid certificate is rejected and the server 
   check_still_serving(s);
 }
 
+// reliability: proxy-server | second agent with the same id, then SIGKILL of either | both streams
+// reliability+: serve; the survivor takes every dial | info "agent connected ... (duplicate agent
+// reliability+: id: newest stream takes new dials)", then "agent disconnected agentID=agent-1" | 20
+// reliability+: of 20 echoes before and after
 TEST_CASE("e2e: a second agent with the same id and dials keep working", "[e2e][bad-input]") {
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;
@@ -381,6 +427,12 @@ TEST_CASE("e2e: a second agent with the same id and dials keep working", "[e2e][
   CHECK(dial_many(20) == 20);
 }
 
+// reliability: proxy-server | unknown flag, bad number, bad duration, unknown --mode, port 70000 |
+// reliability+: exit non-zero (not a signal), message names the flag | on stderr | nothing: it does
+// reliability+: not start
+// reliability: proxy-agent | unknown flag, bad --sync-interval, bad or zero --proxy-server-port |
+// reliability+: exit non-zero (not a signal), message names the flag | on stderr | nothing: it does
+// reliability+: not start
 TEST_CASE("e2e: unknown flags and invalid values make both daemons exit non-zero",
           "[e2e][bad-input]") {
   KONN_REQUIRE_DAEMONS();

@@ -222,6 +222,9 @@ TEST_CASE("e2e: 200 concurrent tunnels on one channel each echo their own data",
   WARN("200 tunnels dialled, echoed 64 KiB each and closed in " << seconds_since(start) << " s");
 }
 
+// reliability: proxy-server | client stops reading a 4 GiB download | its tunnel pauses
+// reliability+: (backpressure), no data lost | nothing | another tunnel moves 64 MiB, on its own or
+// reliability+: the same channel
 TEST_CASE("e2e: a stalled reader does not stop another tunnel of the same agent", "[e2e]") {
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;

@@ -29,6 +29,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
+// reliability: proxy-agent | dial to a closed port | DIAL_RSP error "connection refused" within 1 s
+// reliability+: | server info "dial to ... failed at the agent: ..."; agent info "closed: dial
+// reliability+: failed: ..." | the next dial succeeds
 TEST_CASE("e2e: a dial to a closed port fails with connection refused within 1 s", "[e2e]") {
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;
@@ -45,6 +48,10 @@ TEST_CASE("e2e: a dial to a closed port fails with connection refused within 1 s
   CHECK(ok.error.empty());
 }
 
+// reliability: proxy-server | SIGKILL of the only agent mid-transfer, a dial pending | tunnel ends
+// reliability+: (EOF) and the pending dial fails within 1 s, not by timeout | info "agent
+// reliability+: disconnected agentID=agent-1: N tunnels closed, M pending dials failed" | server;
+// reliability+: new dials answered `No agent available` at once
 TEST_CASE("e2e: agent killed mid-transfer ends its tunnels and fails pending dials", "[e2e]") {
   KONN_REQUIRE_DAEMONS();
   AgentSpec agent;
@@ -109,6 +116,9 @@ TEST_CASE("e2e: agent killed mid-transfer ends its tunnels and fails pending dia
 TEST_CASE("e2e: after a server restart the agent reconnects within the sync cap", "[e2e]") {
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;
+  // reliability: proxy-agent | SIGKILL of the proxy-server, restarted later | retries backing off
+  // reliability+: to the 1 s cap, reconnects within 1.5 s of the restart | warn "cannot connect to
+  // reliability+: proxy-server ..." per attempt | agent; dials work after the reconnect
   SECTION("SIGKILL") { s.server.kill(); }
   SECTION("SIGTERM") {
     int status = s.server.stop();

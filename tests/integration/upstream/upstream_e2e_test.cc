@@ -196,6 +196,11 @@ TEST_CASE("socks5 through Konnectivity: curl --socks5-hostname reaches an origin
   CHECK((back == payload));
 }
 
+// reliability: socks5 | CONNECT through Konnectivity to a closed port (both frontend modes) | reply
+// reliability+: `05` | info close line with "connection refused" | socks5
+// reliability: socks5 | BIND or UDP ASSOCIATE with the Konnectivity upstream | reply `07` | info
+// reliability+: "close ... reason="BIND is not possible through the Konnectivity upstream"" |
+// reliability+: socks5
 TEST_CASE("socks5 through Konnectivity: reply codes for a refused destination, BIND and UDP",
           "[e2e][upstream][socks5]") {
   REQUIRE(Process::bin_exists("socks5"));
@@ -250,6 +255,8 @@ TEST_CASE("socks5 with open Konnectivity tunnels shuts down cleanly on SIGTERM",
   }
 }
 
+// reliability: socks5 | proxy-server killed | /readyz 503 "[-]konnectivity failed" | nothing |
+// reliability+: socks5, /healthz
 TEST_CASE("socks5 health and metrics listeners, with the Konnectivity upstream",
           "[e2e][upstream][socks5][metrics]") {
   REQUIRE(Process::bin_exists("socks5"));
@@ -300,6 +307,9 @@ TEST_CASE("socks5 health and metrics listeners, with the Konnectivity upstream",
   CHECK(down.find("[-]konnectivity failed") != std::string::npos);
 }
 
+// reliability: kubeproxy-http | CONNECT through Konnectivity to a closed port | `HTTP/1.1 502`
+// reliability+: "connect: connection refused" | info "...: CONNECT ... through Konnectivity: ...
+// reliability+: connection refused" | kubeproxy-http, /readyz ok
 TEST_CASE("kubeproxy-http CONNECT mode through Konnectivity: curl and kubectl",
           "[e2e][upstream][kubeproxy]") {
   REQUIRE(Process::bin_exists("kubeproxy-http"));
