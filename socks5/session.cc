@@ -481,16 +481,18 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
 
 std::unique_ptr<SessionRegistry::Slot> SessionRegistry::admit(const asio::ip::address& client,
                                                               asio::any_io_executor ex,
-                                                              std::string* refusal) {
+                                                              Refusal* refusal) {
   auto key = detail::unmap(client).to_string();
   std::lock_guard lock(mu_);
   if (max_total_ > 0 && sessions_.size() >= static_cast<size_t>(max_total_)) {
-    *refusal = "max-sessions " + std::to_string(max_total_) + " reached";
+    *refusal = {"max_sessions", "max-sessions " + std::to_string(max_total_) + " reached"};
     return nullptr;
   }
   int& n = per_client_[key];
   if (max_per_client_ > 0 && n >= max_per_client_) {
-    *refusal = "max-sessions-per-client " + std::to_string(max_per_client_) + " reached for " + key;
+    *refusal = {
+        "max_sessions_per_client",
+        "max-sessions-per-client " + std::to_string(max_per_client_) + " reached for " + key};
     if (n == 0) per_client_.erase(key);
     return nullptr;
   }
