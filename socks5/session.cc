@@ -234,7 +234,7 @@ core::io::Awaitable<bool> send_reply(tcp::socket& s, SessionInfo& info, ReplyCod
 
 bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& command,
              const std::string& host, const asio::ip::address& dest, uint16_t port,
-             bool dest_unresolved) {
+             bool dest_unresolved, bool log_denial) {
   RuleQuery q{unmap(info.client.address()),
               info.user == "-" ? "" : info.user,
               host,
@@ -243,7 +243,7 @@ bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& 
               command,
               dest_unresolved};
   auto d = env.options.rule_set.decide(q);
-  if (!d.allow) {
+  if (!d.allow && log_denial) {
     KONN_CONN_LOG(logger(), warn, info, "denied {} to {} port {} for client {} user {} by {} {:?}",
                   command,
                   host.empty()      ? unmap(dest).to_string()
