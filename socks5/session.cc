@@ -234,7 +234,7 @@ core::io::Awaitable<bool> send_reply(tcp::socket& s, SessionInfo& info, ReplyCod
 
 bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& command,
              const std::string& host, const asio::ip::address& dest, uint16_t port,
-             bool dest_unresolved) {
+             bool dest_unresolved, bool log_denial) {
   RuleQuery q{unmap(info.client.address()),
               info.user == "-" ? "" : info.user,
               host,
@@ -243,7 +243,7 @@ bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& 
               command,
               dest_unresolved};
   auto d = env.options.rule_set.decide(q);
-  if (!d.allow) {
+  if (!d.allow && log_denial) {
     KONN_CONN_LOG(logger(), warn, info, "denied {} to {} port {} for client {} user {} by {} {:?}",
                   command,
                   host.empty()      ? unmap(dest).to_string()
@@ -481,16 +481,18 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
 
 std::unique_ptr<SessionRegistry::Slot> SessionRegistry::admit(const asio::ip::address& client,
                                                               asio::any_io_executor ex,
-                                                              std::string* refusal) {
+                                                              Refusal* refusal) {
   auto key = detail::unmap(client).to_string();
   std::lock_guard lock(mu_);
   if (max_total_ > 0 && sessions_.size() >= static_cast<size_t>(max_total_)) {
-    *refusal = "max-sessions " + std::to_string(max_total_) + " reached";
+    *refusal = {"max_sessions", "max-sessions " + std::to_string(max_total_) + " reached"};
     return nullptr;
   }
   int& n = per_client_[key];
   if (max_per_client_ > 0 && n >= max_per_client_) {
-    *refusal = "max-sessions-per-client " + std::to_string(max_per_client_) + " reached for " + key;
+    *refusal = {
+        "max_sessions_per_client",
+        "max-sessions-per-client " + std::to_string(max_per_client_) + " reached for " + key};
     if (n == 0) per_client_.erase(key);
     return nullptr;
   }

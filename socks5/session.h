@@ -50,11 +50,17 @@ class SessionRegistry {
   SessionRegistry(int max_total, int max_per_client)
       : max_total_(max_total), max_per_client_(max_per_client) {}
 
-  // Reserves a slot for a client; nullptr when a limit is reached (the caller closes). The slot
-  // frees itself when the returned handle is destroyed.
+  // Why admit() said no.
+  struct Refusal {
+    std::string limit;  // metric label: "max_sessions" or "max_sessions_per_client"
+    std::string text;   // for the log, e.g. "max-sessions 100 reached"
+  };
+  // Reserves a slot for a client; nullptr when a limit is reached (the caller closes the
+  // connection without a word: no SOCKS message fits before the greeting). The slot frees itself
+  // when the returned handle is destroyed.
   class Slot;
   std::unique_ptr<Slot> admit(const asio::ip::address& client, asio::any_io_executor ex,
-                              std::string* refusal);
+                              Refusal* refusal);
 
   size_t active() const;
   // Posts `close` of every live session to its executor.

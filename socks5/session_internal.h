@@ -24,12 +24,13 @@ core::io::Awaitable<bool> send_reply(asio::ip::tcp::socket& s, SessionInfo& info
                                      codec::ReplyCode code, asio::ip::address bound = {},
                                      uint16_t port = 0);
 
-// Applies the rules to one destination; logs a denial line. `host` is "" for IP requests.
-// With `dest_unresolved`, `host` goes to a Konnectivity agent unresolved: `dest` is unknown and
-// `to=` rules do not match.
+// Applies the rules to one destination; logs a denial line unless `log_denial` is false (UDP
+// logs only an association's first denial: one line per datagram would flood the log). `host`
+// is "" for IP requests. With `dest_unresolved`, `host` goes to a Konnectivity agent
+// unresolved: `dest` is unknown and `to=` rules do not match.
 bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& command,
              const std::string& host, const asio::ip::address& dest, uint16_t port,
-             bool dest_unresolved = false);
+             bool dest_unresolved = false, bool log_denial = true);
 
 // The handlers after a successful request parse. Each sends its replies and ends the session's
 // work; `early` holds bytes the client sent after the request.

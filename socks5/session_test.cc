@@ -1,15 +1,28 @@
 #include "socks5/session.h"
 
+#include <arpa/inet.h>
+#include <cerrno>
+#include <crypt.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <future>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sstream>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 #include <catch2/catch.hpp>
 
+#include "core/konnectivity/dial_error.h"
 #include "core/net/listener.h"
+#include "socks5/session_internal.h"
 #include "socks5/socks5_app.h"
+#include "socks5/splice_relay.h"
 
 using namespace std::chrono_literals;
 using asio::ip::tcp;
@@ -42,17 +55,18 @@ class TestServer {
   std::thread thread_;
 };
 
-// An echo server on 127.0.0.1:0 that remembers each client's address.
+// An echo server on `host` port 0 that remembers its first client's address.
 class EchoServer {
  public:
-  EchoServer() : acceptor_(konn::core::net::listen_tcp(ctx_, "127.0.0.1", 0)) {
+  explicit EchoServer(const std::string& host = "127.0.0.1")
+      : acceptor_(konn::core::net::listen_tcp(ctx_, host, 0)) {
     thread_ = std::thread([this] {
-      for (;;) {
+      for (bool first = true;; first = false) {
         std::error_code ec;
         tcp::socket s(ctx_);
         acceptor_.accept(s, ec);
         if (ec) return;
-        peers.set_value(s.remote_endpoint());
+        if (first) peers.set_value(s.remote_endpoint());
         std::thread([s = std::move(s)]() mutable {
           std::array<char, 4096> b;
           std::error_code e;
@@ -141,6 +155,117 @@ konn::socks5::Socks5Options defaults() {
   o.health_bind_address = "127.0.0.1";
   return o;
 }
+
+// The value of one sample ("name{labels}" exactly as serialised), or -1 when absent.
+double sample(konn::socks5::Socks5App& app, const std::string& series) {
+  std::istringstream in(app.metrics().registry().serialize());
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+// Polls until `cond` holds or 3 s pass (sessions count themselves closed just after the client
+// saw the close).
+bool eventually(const std::function<bool()>& cond) {
+  auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// A destination that never answers a SYN, without leaving loopback: a listener with backlog 0
+// whose accept queue is filled by connections nobody accepts. Linux then drops every further
+// SYN (ListenOverflows), so a connect to it hangs until its own timeout.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    auto* sa = reinterpret_cast<sockaddr*>(&a);
+    if (fd_ < 0 || ::bind(fd_, sa, len) != 0 || ::listen(fd_, 0) != 0 ||
+        ::getsockname(fd_, sa, &len) != 0) {
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+    // Connect until one connection stays unanswered: from then on the queue is full.
+    for (int i = 0; i < 8 && !silent_; ++i) {
+      int c = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (c < 0) return;
+      fillers_.push_back(c);
+      if (::connect(c, sa, len) == 0) continue;
+      if (errno != EINPROGRESS) return;
+      pollfd p{c, POLLOUT, 0};
+      silent_ = ::poll(&p, 1, 200) == 0;
+    }
+  }
+  ~SilentListener() {
+    for (int c : fillers_) ::close(c);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // False when this machine answered every SYN (the test cannot run here).
+  bool silent() const { return silent_; }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  bool silent_ = false;
+  std::vector<int> fillers_;
+};
+
+// A greeting (method 00), then a CONNECT to [::1]:port (ATYP 04).
+Bytes connect_ipv6_loopback(uint16_t port) {
+  Bytes b{0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x04};
+  auto a = asio::ip::make_address_v6("::1").to_bytes();
+  b.insert(b.end(), a.begin(), a.end());
+  b.push_back(static_cast<uint8_t>(port >> 8));
+  b.push_back(static_cast<uint8_t>(port & 0xFF));
+  return b;
+}
+
+// A users file in a fresh temp dir, removed with it.
+struct UsersFile {
+  std::filesystem::path dir;
+  std::string path;
+  UsersFile(const std::string& user, const std::string& password) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "konn-s5-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+    path = (dir / "users").string();
+    crypt_data data{};
+    std::ofstream(path) << user << ":" << crypt_r(password.c_str(), "$6$saltsalt$", &data) << "\n";
+  }
+  ~UsersFile() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+// RFC 1929 username/password message.
+Bytes user_pass(const std::string& user, const std::string& password) {
+  Bytes b{0x01, static_cast<uint8_t>(user.size())};
+  b.insert(b.end(), user.begin(), user.end());
+  b.push_back(static_cast<uint8_t>(password.size()));
+  b.insert(b.end(), password.begin(), password.end());
+  return b;
+}
+
+// Forces splice(2) to fail as a kernel without support would, for the duration of a test.
+struct SpliceUnsupported {
+  static ssize_t fail(int, loff_t*, int, loff_t*, size_t, unsigned int) {
+    errno = EINVAL;
+    return -1;
+  }
+  SpliceUnsupported() { konn::socks5::set_splice_function_for_testing(&fail); }
+  ~SpliceUnsupported() { konn::socks5::set_splice_function_for_testing(nullptr); }
+};
 
 }  // namespace
 
@@ -347,4 +472,173 @@ TEST_CASE("buffered relay (--splice=false) carries data and the half-close", "[s
   CHECK(c.recv(big.size()) == big);
   writer.join();
   CHECK(c.closed());  // the echo server's EOF came back through the relay
+}
+
+TEST_CASE("a destination that never answers the SYN gets 06 at --connect-timeout", "[session]") {
+  SilentListener silent;
+  if (!silent.silent()) {
+    WARN("every SYN to a full backlog-0 listener was answered here: cannot test the timeout");
+    return;
+  }
+  auto o = defaults();
+  o.connect_timeout = 300ms;
+  TestServer server(o);
+  EchoServer echo;
+  // Another session, relaying, is not held up by the one waiting for its connect.
+  Client healthy(server.endpoint());
+  healthy.send({0x05, 0x01, 0x00});
+  REQUIRE(healthy.recv(2) == Bytes{0x05, 0x00});
+  healthy.send(connect_ipv4(echo.port()));
+  REQUIRE(healthy.recv(10)[1] == 0x00);
+
+  Client c(server.endpoint());
+  c.send({0x05, 0x01, 0x00});
+  REQUIRE(c.recv(2) == Bytes{0x05, 0x00});
+  auto start = std::chrono::steady_clock::now();
+  c.send(connect_ipv4(silent.port()));
+  CHECK(c.recv(10) == Bytes{0x05, 0x06, 0x00, 0x01, 0, 0, 0, 0, 0, 0});
+  auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took >= 250ms);
+  CHECK(took < 3s);
+  CHECK(c.closed());
+  healthy.send({'o', 'k'});
+  CHECK(healthy.recv(2) == Bytes{'o', 'k'});
+  CHECK(sample(server.app(),
+               R"(konn_socks5_dial_failures_total{reason="timeout",upstream="direct"})") == 1);
+  CHECK(sample(server.app(), R"(konn_socks5_replies_total{code="06"})") == 1);
+}
+
+TEST_CASE("max-sessions limit: the connection over the limit is closed unanswered and counted",
+          "[session]") {
+  EchoServer echo;
+  auto o = defaults();
+  o.max_sessions = 1;
+  TestServer server(o);
+  Client first(server.endpoint());
+  first.send({0x05, 0x01, 0x00});
+  REQUIRE(first.recv(2) == Bytes{0x05, 0x00});
+  first.send(connect_ipv4(echo.port()));
+  REQUIRE(first.recv(10)[1] == 0x00);
+
+  // Accepted by the kernel, then closed by the daemon before any SOCKS byte.
+  Client second(server.endpoint());
+  second.send({0x05, 0x01, 0x00});
+  CHECK(second.closed());
+  CHECK(sample(server.app(), R"(konn_socks5_sessions_refused_total{limit="max_sessions"})") == 1);
+  CHECK(sample(server.app(), "konn_socks5_sessions_total") == 1);
+  // The first session keeps relaying.
+  first.send({'s', 't', 'i', 'l', 'l'});
+  CHECK(first.recv(5) == Bytes{'s', 't', 'i', 'l', 'l'});
+}
+
+TEST_CASE("CONNECT to [::1] (ATYP 04): the reply carries the IPv6 address the destination saw",
+          "[session][ipv6]") {
+  std::unique_ptr<EchoServer> echo;
+  try {
+    echo = std::make_unique<EchoServer>("::1");
+  } catch (const std::system_error& e) {
+    WARN("no ::1 on this machine (" << e.what() << "): IPv6 CONNECT not tested");
+    return;
+  }
+  TestServer server(defaults());
+  Client c(server.endpoint());
+  c.send(connect_ipv6_loopback(echo->port()));
+  REQUIRE(c.recv(2) == Bytes{0x05, 0x00});
+  auto reply = c.recv(22);
+  REQUIRE(reply.size() == 22);
+  CHECK(reply[1] == 0x00);
+  CHECK(reply[3] == 0x04);
+  auto seen = echo->peers.get_future().get();
+  asio::ip::address_v6::bytes_type addr;
+  std::copy(reply.begin() + 4, reply.begin() + 20, addr.begin());
+  CHECK(asio::ip::address_v6(addr) == seen.address());
+  CHECK(static_cast<uint16_t>(reply[20] << 8 | reply[21]) == seen.port());
+  c.send({'v', '6'});
+  CHECK(c.recv(2) == Bytes{'v', '6'});
+}
+
+TEST_CASE("reply_for_dial_failure maps every Konnectivity dial failure", "[session][upstream]") {
+  using konn::core::konnectivity::DialFailure;
+  using konn::socks5::codec::ReplyCode;
+  using konn::socks5::detail::reply_for_dial_failure;
+  CHECK(reply_for_dial_failure(DialFailure::None) == ReplyCode::Succeeded);
+  CHECK(reply_for_dial_failure(DialFailure::Refused) == ReplyCode::ConnectionRefused);
+  CHECK(reply_for_dial_failure(DialFailure::NetUnreachable) == ReplyCode::NetworkUnreachable);
+  CHECK(reply_for_dial_failure(DialFailure::HostUnreachable) == ReplyCode::HostUnreachable);
+  CHECK(reply_for_dial_failure(DialFailure::Timeout) == ReplyCode::TtlExpired);
+  CHECK(reply_for_dial_failure(DialFailure::NoAgent) == ReplyCode::HostUnreachable);
+  CHECK(reply_for_dial_failure(DialFailure::ProxyUnavailable) == ReplyCode::GeneralFailure);
+  CHECK(reply_for_dial_failure(DialFailure::Other) == ReplyCode::GeneralFailure);
+  // The wire values the README promises.
+  CHECK(static_cast<int>(ReplyCode::HostUnreachable) == 0x04);
+  CHECK(static_cast<int>(ReplyCode::TtlExpired) == 0x06);
+  CHECK(static_cast<int>(ReplyCode::GeneralFailure) == 0x01);
+}
+
+TEST_CASE("malformed RFC 1929 messages get 01 01 and a close, other sessions unaffected",
+          "[session][auth]") {
+  EchoServer echo;
+  UsersFile users("alice", "secret");
+  auto o = defaults();
+  o.users_file = users.path;
+  TestServer server(o);
+  Client healthy(server.endpoint());
+  healthy.send({0x05, 0x01, 0x02});
+  REQUIRE(healthy.recv(2) == Bytes{0x05, 0x02});
+  healthy.send(user_pass("alice", "secret"));
+  REQUIRE(healthy.recv(2) == Bytes{0x01, 0x00});
+  healthy.send(connect_ipv4(echo.port()));
+  REQUIRE(healthy.recv(10)[1] == 0x00);
+
+  struct Case {
+    const char* name;
+    Bytes auth;
+  };
+  std::vector<Case> cases{
+      {"sub-negotiation version 2",
+       {0x02, 0x05, 'a', 'l', 'i', 'c', 'e', 0x06, 's', 'e', 'c', 'r', 'e', 't'}},
+      {"sub-negotiation version 5 (a second greeting)", {0x05, 0x01, 0x02}},
+      {"ULEN 0", {0x01, 0x00, 0x06, 's', 'e', 'c', 'r', 'e', 't'}},
+  };
+  for (const auto& tc : cases) {
+    INFO(tc.name);
+    Client c(server.endpoint());
+    c.send({0x05, 0x01, 0x02});
+    REQUIRE(c.recv(2) == Bytes{0x05, 0x02});
+    c.send(tc.auth);
+    CHECK(c.recv(2) == Bytes{0x01, 0x01});
+    CHECK(c.closed());
+  }
+  healthy.send({'o', 'k'});
+  CHECK(healthy.recv(2) == Bytes{'o', 'k'});
+  // Only the healthy session is left.
+  CHECK(eventually([&] { return server.app().active_sessions() == 1; }));
+}
+
+TEST_CASE("splice(2) unsupported at run time: the session relays through buffers instead",
+          "[session][splice]") {
+  EchoServer echo;
+  auto o = defaults();
+  REQUIRE(o.splice);
+  TestServer server(o);
+  SpliceUnsupported no_splice;
+  Client c(server.endpoint());
+  c.send({0x05, 0x01, 0x00});
+  REQUIRE(c.recv(2) == Bytes{0x05, 0x00});
+  c.send(connect_ipv4(echo.port()));
+  REQUIRE(c.recv(10)[1] == 0x00);
+  Bytes big(300000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 13);
+  std::thread writer([&] {
+    c.send(big);
+    c.s.shutdown(tcp::socket::shutdown_send);
+  });
+  CHECK(c.recv(big.size()) == big);
+  writer.join();
+  CHECK(c.closed());  // half-close passed on both ways, as with splice
+  CHECK(
+      eventually([&] { return sample(server.app(), "konn_socks5_splice_fallbacks_total") == 1; }));
+  CHECK(eventually([&] {
+    return sample(server.app(), R"(konn_socks5_bytes_total{direction="up"})") == big.size();
+  }));
 }

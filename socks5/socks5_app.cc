@@ -141,11 +141,12 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor) {
     std::error_code pec;
     auto peer = socket.remote_endpoint(pec);
     if (pec) continue;
-    std::string refusal;
+    SessionRegistry::Refusal refusal;
     auto slot = registry_.admit(peer.address(), socket.get_executor(), &refusal);
     if (!slot) {
-      KONN_LOG(logger(), warn, "refused {}: {}", peer.address().to_string(), refusal);
-      continue;  // the socket closes here
+      metrics_.session_refused(refusal.limit);
+      KONN_LOG(logger(), warn, "refused {}: {}", peer.address().to_string(), refusal.text);
+      continue;  // the socket closes here, unanswered
     }
     SessionEnv env{options_,
                    users_.get(),

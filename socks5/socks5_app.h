@@ -38,6 +38,8 @@ class Socks5App {
   // The health listener's port (0 when off or not started yet).
   uint16_t health_port() const { return health_ ? health_->port() : 0; }
   size_t active_sessions() const { return registry_.active(); }
+  // What /metrics serves (in-process tests read it here).
+  Socks5Metrics& metrics() { return metrics_; }
 
  private:
   core::io::Awaitable<void> accept_loop(asio::ip::tcp::acceptor& acceptor);

@@ -1,6 +1,8 @@
 #include "socks5/socks5_metrics.h"
 
 #include <cstdio>
+#include <iterator>
+#include <tuple>
 
 namespace konn::socks5 {
 
@@ -34,6 +36,25 @@ Socks5Metrics::Socks5Metrics() {
                         .Name("konn_socks5_dial_failures_total")
                         .Help("CONNECT destinations not reached, by upstream and reason")
                         .Register(r);
+  sessions_refused_ = &prometheus::BuildCounter()
+                           .Name("konn_socks5_sessions_refused_total")
+                           .Help("Client connections closed unanswered at a session limit")
+                           .Register(r);
+  auto& udp = prometheus::BuildCounter()
+                  .Name("konn_socks5_udp_dropped_total")
+                  .Help("UDP datagrams from clients not forwarded, by reason")
+                  .Register(r);
+  const char* udp_reasons[] = {"foreign_source", "malformed", "fragment",
+                               "resolve",        "denied",    "no_socket"};
+  static_assert(std::size(udp_reasons) == std::tuple_size_v<decltype(udp_dropped_)>);
+  for (size_t i = 0; i < udp_dropped_.size(); ++i) {
+    udp_dropped_[i] = &udp.Add({{"reason", udp_reasons[i]}});
+  }
+  splice_fallbacks_ = &prometheus::BuildCounter()
+                           .Name("konn_socks5_splice_fallbacks_total")
+                           .Help("Relay directions moved from splice(2) to the buffered copy")
+                           .Register(r)
+                           .Add({});
 }
 
 void Socks5Metrics::session_opened() {
@@ -60,5 +81,15 @@ void Socks5Metrics::reply(uint8_t code) {
 void Socks5Metrics::dial_failure(const std::string& upstream, const std::string& reason) {
   dial_failures_->Add({{"upstream", upstream}, {"reason", reason}}).Increment();
 }
+
+void Socks5Metrics::session_refused(const std::string& limit) {
+  sessions_refused_->Add({{"limit", limit}}).Increment();
+}
+
+void Socks5Metrics::udp_dropped(UdpDrop reason) {
+  udp_dropped_[static_cast<size_t>(reason)]->Increment();
+}
+
+void Socks5Metrics::splice_fallback() { splice_fallbacks_->Increment(); }
 
 }  // namespace konn::socks5

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <string>
 
 #include <prometheus/counter.h>
@@ -19,6 +20,11 @@ namespace konn::socks5 {
 //   konn_socks5_dial_failures_total{upstream,reason}   upstream direct | konnectivity; reason
 //       refused, net_unreachable, host_unreachable, timeout, no_agent, proxy_unavailable,
 //       denied, resolve, other
+//   konn_socks5_sessions_refused_total{limit}          max_sessions | max_sessions_per_client
+//   konn_socks5_udp_dropped_total{reason}              UDP datagrams from clients not forwarded:
+//       foreign_source, malformed, fragment, resolve, denied, no_socket
+//   konn_socks5_splice_fallbacks_total                 relay directions that left splice(2) for
+//       the buffered copy (splice unsupported on that socket)
 class Socks5Metrics {
  public:
   Socks5Metrics();
@@ -29,6 +35,12 @@ class Socks5Metrics {
   void request(const std::string& command);
   void reply(uint8_t code);
   void dial_failure(const std::string& upstream, const std::string& reason);
+  // `limit` is the metric label: "max_sessions" or "max_sessions_per_client".
+  void session_refused(const std::string& limit);
+  enum class UdpDrop { ForeignSource, Malformed, Fragment, Resolve, Denied, NoSocket };
+  // Per datagram, so the counters are looked up once (no label hashing on the datagram path).
+  void udp_dropped(UdpDrop reason);
+  void splice_fallback();
 
  private:
   core::metrics::Registry registry_;
@@ -39,6 +51,9 @@ class Socks5Metrics {
   prometheus::Counter* bytes_up_;
   prometheus::Counter* bytes_down_;
   prometheus::Family<prometheus::Counter>* dial_failures_;
+  prometheus::Family<prometheus::Counter>* sessions_refused_;
+  std::array<prometheus::Counter*, 6> udp_dropped_{};  // indexed by UdpDrop
+  prometheus::Counter* splice_fallbacks_;
 };
 
 }  // namespace konn::socks5

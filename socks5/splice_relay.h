@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <fcntl.h>
 
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
@@ -25,11 +26,24 @@ struct Activity {
 // cache) when bytes arrive and gives it back whenever the source goes quiet with the pipe empty,
 // so an idle session holds no pipe.
 //
+// Where splice(2) is not supported (EINVAL or ENOSYS: a kernel, socket type or socket layer such
+// as kTLS without splice), a direction goes on with an ordinary read/write copy through a buffer
+// instead of failing the session. No byte is lost: a failed socket → pipe splice took nothing
+// from the source, and bytes already in the pipe when pipe → socket fails are read back out of
+// it. `fallback_errno`, when given, is set to that errno for the caller's log and metric.
+//
 // Linux only. Sockets are switched to non-blocking mode. `Upstream` is a TCP socket or a unix
 // stream socket (an HTTP CONNECT tunnel through a proxy-server's unix socket).
 template <typename Upstream>
 core::io::Awaitable<core::relay::RelayStats> splice_relay(asio::ip::tcp::socket& downstream,
                                                           Upstream& upstream, Activity& activity,
-                                                          size_t pipe_bytes = 1024 * 1024);
+                                                          size_t pipe_bytes = 1024 * 1024,
+                                                          int* fallback_errno = nullptr);
+
+// The splice(2) the relay calls. Tests replace it to force the failures of a system without
+// splice support; nullptr restores ::splice. Atomic, but set it while no relay runs.
+using SpliceFunction = ssize_t (*)(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
+                                   size_t len, unsigned int flags);
+void set_splice_function_for_testing(SpliceFunction f);
 
 }  // namespace konn::socks5

@@ -1,6 +1,8 @@
 #include "socks5/splice_relay.h"
 
+#include <cerrno>
 #include <random>
+#include <sys/stat.h>
 #include <thread>
 
 #include <asio/co_spawn.hpp>
@@ -21,7 +23,89 @@ std::pair<tcp::socket, tcp::socket> socket_pair(asio::io_context& ctx) {
   tcp::socket b = acceptor.accept();
   return {std::move(a), std::move(b)};
 }
+bool is_socket(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+// splice(2) replacements: unsupported from a socket into the pipe (nothing moved), or from the
+// pipe into a socket after the pipe was filled (bytes waiting in the pipe).
+ssize_t fail_fill(int in, loff_t* in_off, int out, loff_t* out_off, size_t len, unsigned f) {
+  if (is_socket(in)) {
+    errno = EINVAL;
+    return -1;
+  }
+  return ::splice(in, in_off, out, out_off, len, f);
+}
+ssize_t fail_drain(int in, loff_t* in_off, int out, loff_t* out_off, size_t len, unsigned f) {
+  if (is_socket(out)) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return ::splice(in, in_off, out, out_off, len, f);
+}
+
+struct SpliceHook {
+  explicit SpliceHook(konn::socks5::SpliceFunction f) {
+    konn::socks5::set_splice_function_for_testing(f);
+  }
+  ~SpliceHook() { konn::socks5::set_splice_function_for_testing(nullptr); }
+};
+
 }  // namespace
+
+TEST_CASE("splice unsupported at run time: each direction goes on buffered, no byte lost",
+          "[splice]") {
+  auto [name, hook, expect_errno] =
+      GENERATE(std::make_tuple("socket to pipe fails", &fail_fill, EINVAL),
+               std::make_tuple("pipe to socket fails with bytes in the pipe", &fail_drain, ENOSYS));
+  INFO(name);
+  SpliceHook forced(hook);
+  asio::io_context ctx;
+  auto [client, proxy_down] = socket_pair(ctx);
+  auto [proxy_up, server] = socket_pair(ctx);
+  konn::socks5::Activity activity;
+  konn::core::relay::RelayStats stats;
+  int fallback = 0;
+  bool done = false;
+  asio::co_spawn(
+      ctx,
+      [&]() -> konn::core::io::Awaitable<void> {
+        stats = co_await konn::socks5::splice_relay(proxy_down, proxy_up, activity, 16 * 1024,
+                                                    &fallback);
+        done = true;
+      },
+      asio::detached);
+  std::thread io([&] { ctx.run_for(std::chrono::seconds(20)); });
+
+  std::string up(1 << 20, '\0');
+  std::mt19937 rng(5);
+  for (auto& c : up) c = static_cast<char>(rng());
+  std::string down(300000, 'd');
+  std::thread writer([&] {
+    asio::write(client, asio::buffer(up));
+    client.shutdown(tcp::socket::shutdown_send);
+  });
+  std::string got_up;
+  std::error_code ec;
+  asio::read(server, asio::dynamic_buffer(got_up), ec);
+  CHECK(ec == asio::error::eof);
+  CHECK(got_up == up);
+  asio::write(server, asio::buffer(down));
+  server.shutdown(tcp::socket::shutdown_send);
+  std::string got_down;
+  asio::read(client, asio::dynamic_buffer(got_down), ec);
+  CHECK(ec == asio::error::eof);
+  CHECK(got_down == down);
+  writer.join();
+  io.join();
+  REQUIRE(done);
+  CHECK(fallback == expect_errno);
+  CHECK(stats.downstream_to_upstream == up.size());
+  CHECK(stats.upstream_to_downstream == down.size());
+  CHECK_FALSE(stats.downstream_error);
+  CHECK_FALSE(stats.upstream_error);
+}
 
 TEST_CASE("splice relay moves bytes both ways and passes half-close on", "[splice]") {
   asio::io_context ctx;

@@ -7,6 +7,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include "core/log/log_macros.h"
 #include "core/relay/relay.h"
 #include "socks5/session_internal.h"
 #include "socks5/splice_relay.h"
@@ -101,6 +102,15 @@ void finish_stats(const core::relay::RelayStats& stats, SessionInfo& info) {
   }
 }
 
+// A relay direction left splice(2) for the buffered copy: once per session, with the reason.
+void note_splice_fallback(int err, SessionInfo& info) {
+  if (err == 0) return;
+  static auto log = core::log::get("socks5.relay");
+  KONN_CONN_LOG(log, warn, info, "splice(2) unsupported ({}): relaying through buffers instead",
+                std::error_code(err, std::generic_category()).message());
+  if (info.metrics != nullptr) info.metrics->splice_fallback();
+}
+
 template <typename Upstream>
 std::function<void()> closer(tcp::socket& client, Upstream& upstream) {
   return [&client, &upstream] {
@@ -123,8 +133,10 @@ core::io::Awaitable<void> relay_tunnel(tcp::socket& client, core::konnectivity::
   }
   core::relay::RelayStats stats;
   if (auto* unix_socket = tunnel.unix_socket(); unix_socket != nullptr && options.splice) {
+    int fallback = 0;
     stats = co_await splice_relay(client, *unix_socket, activity,
-                                  static_cast<size_t>(options.splice_pipe_bytes));
+                                  static_cast<size_t>(options.splice_pipe_bytes), &fallback);
+    note_splice_fallback(fallback, info);
   } else {
     // gRPC DATA packets are as large as the reads that fill them: at least 64 KiB.
     constexpr size_t kTunnelBuffer = 64 * 1024;
@@ -151,8 +163,10 @@ core::io::Awaitable<void> relay_tcp(tcp::socket& client, tcp::socket& upstream,
   }
   core::relay::RelayStats stats;
   if (options.splice) {
+    int fallback = 0;
     stats = co_await splice_relay(client, upstream, activity,
-                                  static_cast<size_t>(options.splice_pipe_bytes));
+                                  static_cast<size_t>(options.splice_pipe_bytes), &fallback);
+    note_splice_fallback(fallback, info);
   } else {
     ActiveSocket a(client, activity);
     ActiveSocket b(upstream, activity);

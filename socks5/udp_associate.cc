@@ -35,8 +35,16 @@ struct Association {
   asio::ip::address client_ip;          // datagrams are accepted from this address only
   uint16_t client_port = 0;             // ... and this port, when the request named one
   std::optional<udp::endpoint> client;  // where answers go (the client's last source)
-  uint64_t dropped = 0;
+  uint64_t dropped = 0;                 // every datagram from the client not forwarded
+  uint64_t denied = 0;                  // ... of which denied by a rule (only the first is logged)
 };
+
+// Counts a datagram not forwarded.
+void drop(Association& as, const SessionEnv& env, Socks5Metrics::UdpDrop reason) {
+  ++as.dropped;
+  if (reason == Socks5Metrics::UdpDrop::Denied) ++as.denied;
+  if (env.metrics != nullptr) env.metrics->udp_dropped(reason);
+}
 
 // Waits until the control connection ends (EOF, error or close). Bytes on it are ignored.
 core::io::Awaitable<void> control_ended(tcp::socket& control) {
@@ -49,6 +57,7 @@ core::io::Awaitable<void> control_ended(tcp::socket& control) {
 
 core::io::Awaitable<void> client_to_destinations(Association& as, SessionEnv env,
                                                  SessionInfo& info) {
+  using Drop = Socks5Metrics::UdpDrop;
   std::vector<uint8_t> buf(kMaxDatagram);
   for (;;) {
     udp::endpoint from;
@@ -60,12 +69,16 @@ core::io::Awaitable<void> client_to_destinations(Association& as, SessionEnv env
     }
     if (unmap(from.address()) != as.client_ip ||
         (as.client_port != 0 && from.port() != as.client_port)) {
-      ++as.dropped;
+      drop(as, env, Drop::ForeignSource);
       continue;
     }
     auto p = codec::parse_udp_datagram(codec::Bytes(buf.data(), n));
-    if (p.status != codec::ParseStatus::Complete || p.value.frag != 0) {
-      ++as.dropped;  // malformed, or a fragment (we do not reassemble)
+    if (p.status != codec::ParseStatus::Complete) {
+      drop(as, env, Drop::Malformed);
+      continue;
+    }
+    if (p.value.frag != 0) {
+      drop(as, env, Drop::Fragment);  // we do not reassemble
       continue;
     }
     as.client = from;
@@ -74,20 +87,21 @@ core::io::Awaitable<void> client_to_destinations(Association& as, SessionEnv env
     if (dst.is_domain) {
       auto res = co_await env.resolver.resolve(dst.host);
       if (res.ec) {
-        ++as.dropped;
+        drop(as, env, Drop::Resolve);
         continue;
       }
       ip = res.addresses.front();
     } else {
       ip = unmap(dst.ip);
     }
-    if (!allowed(env, info, "udp", dst.is_domain ? dst.host : "", ip, dst.port)) {
-      ++as.dropped;
+    if (!allowed(env, info, "udp", dst.is_domain ? dst.host : "", ip, dst.port, false,
+                 as.denied == 0)) {
+      drop(as, env, Drop::Denied);
       continue;
     }
     auto& out = ip.is_v4() ? as.out4 : as.out6;
     if (!out.is_open()) {
-      ++as.dropped;
+      drop(as, env, Drop::NoSocket);
       continue;
     }
     size_t payload = n - p.value.header_size;
@@ -172,6 +186,10 @@ core::io::Awaitable<void> handle_udp_associate(tcp::socket& client, const codec:
              destinations_to_client(as, as.out6, info)));
   info.reason = "control connection closed";
   if (as.dropped > 0) info.reason += ", " + std::to_string(as.dropped) + " datagrams dropped";
+  if (as.denied > 0) {
+    // The count of what the rate-limited denial log left out.
+    info.reason += " (" + std::to_string(as.denied) + " denied by rules, the first one logged)";
+  }
 }
 
 }  // namespace konn::socks5::detail

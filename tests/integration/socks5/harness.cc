@@ -186,8 +186,31 @@ bool Socks5Daemon::log_has(const std::string& text, std::chrono::milliseconds ti
   return wait_until([&] { return log().find(text) != std::string::npos; }, timeout);
 }
 
-HttpServer::HttpServer(std::string body)
-    : acceptor_(ctx_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
+uint16_t Socks5Daemon::health_port() const {
+  std::regex re("health listening on .*:([0-9]+)");
+  std::smatch m;
+  std::string text;
+  auto found = [&] {
+    text = log();
+    return std::regex_search(text, m, re);
+  };
+  return wait_until(found, 5s) ? static_cast<uint16_t>(std::stoi(m[1].str())) : 0;
+}
+
+double Socks5Daemon::metric(const std::string& series) const {
+  auto r = run({"curl", "-sS", "--max-time", "5", "--noproxy", "*",
+                "http://127.0.0.1:" + std::to_string(health_port()) + "/metrics"},
+               10s);
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+HttpServer::HttpServer(std::string body, const std::string& address)
+    : acceptor_(ctx_, tcp::endpoint(asio::ip::make_address(address), 0)),
       body_(std::move(body)),
       port_(acceptor_.local_endpoint().port()) {
   thread_ = std::thread([this] {

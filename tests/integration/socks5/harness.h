@@ -3,15 +3,14 @@
 // Helpers for the socks5 end-to-end tests: spawn the built daemon and real clients, local
 // HTTP/DNS fixtures, bounded waits. Everything binds 127.0.0.1 port 0 and uses a temp dir.
 
-#include <sys/types.h>
-
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
+#include <sys/types.h>
 #include <thread>
 #include <vector>
 
@@ -73,8 +72,13 @@ class Socks5Daemon {
   uint16_t port() const { return port_; }
   std::string log() const { return read_file(log_); }
   // Waits until the log contains `text`.
-  bool log_has(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+  bool log_has(const std::string& text,
+               std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
   Process& process() { return *proc_; }
+  // The health/metrics listener's port, from the log (0 when it did not say).
+  uint16_t health_port() const;
+  // One sample of /metrics ("name{labels}" exactly as exposed), or -1 when absent.
+  double metric(const std::string& series) const;
 
  private:
   std::string log_;
@@ -82,10 +86,11 @@ class Socks5Daemon {
   uint16_t port_ = 0;
 };
 
-// A minimal HTTP/1.1 server answering every request with `body` (Connection: close).
+// A minimal HTTP/1.1 server on `address` port 0 answering every request with `body`
+// (Connection: close). Throws std::system_error when `address` cannot be bound.
 class HttpServer {
  public:
-  explicit HttpServer(std::string body);
+  explicit HttpServer(std::string body, const std::string& address = "127.0.0.1");
   ~HttpServer();
   uint16_t port() const { return port_; }
   int requests() const { return requests_; }

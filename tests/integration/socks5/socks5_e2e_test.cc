@@ -1,9 +1,8 @@
 // End-to-end tests of the socks5 binary with real clients (curl, kubectl) and raw sockets.
 
 #include <poll.h>
-#include <signal.h>
-
 #include <regex>
+#include <signal.h>
 
 #include <asio/read.hpp>
 #include <asio/write.hpp>
@@ -55,7 +54,15 @@ struct RawClient {
 
 Bytes ipv4_request(uint8_t cmd, const asio::ip::address_v4& a, uint16_t port) {
   auto b = a.to_bytes();
-  return {0x05, cmd, 0x00, 0x01, b[0], b[1], b[2], b[3], static_cast<uint8_t>(port >> 8),
+  return {0x05,
+          cmd,
+          0x00,
+          0x01,
+          b[0],
+          b[1],
+          b[2],
+          b[3],
+          static_cast<uint8_t>(port >> 8),
           static_cast<uint8_t>(port & 0xFF)};
 }
 
@@ -92,7 +99,8 @@ TEST_CASE("curl --socks5 and --socks5-hostname without authentication", "[e2e]")
 
   // One close line per session, with id, user, destination, bytes and duration.
   CHECK(socks.log_has("dst=api.internal.test:" + std::to_string(http.port())));
-  std::regex close_line(R"(\[S\d+\] close client=127\.0\.0\.1:\d+ user=- cmd=CONNECT dst=127\.0\.0\.1:\d+ reply=succeeded up=\d+ down=\d+ duration=\d+ms)");
+  std::regex close_line(
+      R"(\[S\d+\] close client=127\.0\.0\.1:\d+ user=- cmd=CONNECT dst=127\.0\.0\.1:\d+ reply=succeeded up=\d+ down=\d+ duration=\d+ms)");
   auto log = socks.log();
   CHECK(std::regex_search(log, close_line));
   CHECK(http.requests() == 2);
@@ -130,7 +138,9 @@ TEST_CASE("curl with user:pass against a crypt(3) users file", "[e2e]") {
   write_file(dir.file("users.new"), user_line("bob", "builder"));
   std::filesystem::rename(dir.file("users.new"), dir.file("users"));
   bool bob_in = wait_until(
-      [&] { return curl({"-x", "socks5://bob:builder@127.0.0.1:" + port, url}).exit_code == 0; },
+      [&] {
+        return curl({"-x", "socks5://bob:builder@127.0.0.1:" + port, url}).exit_code == 0;
+      },
       10s);
   CHECK(bob_in);
   CHECK(curl({"-x", "socks5://alice:wonder%20land@127.0.0.1:" + port, url}).exit_code == 97);
@@ -147,11 +157,14 @@ TEST_CASE("a rule denial gets 02 and a log line, the YAML config file sets the s
   write_file(dir.file("socks5.yaml"),
              "default-policy: deny\n"
              "rule:\n"
-             "  - allow host=localhost port=" + std::to_string(http.port()) + "\n"
-             "  - deny host=*.blocked.test\n"
-             "handshake-timeout: 3s\n");
+             "  - allow host=localhost port=" +
+                 std::to_string(http.port()) +
+                 "\n"
+                 "  - deny host=*.blocked.test\n"
+                 "handshake-timeout: 3s\n");
   FakeDns dns(std::map<std::string, std::string>{{"x.blocked.test", "127.0.0.1"}});
-  Socks5Daemon socks(dir, {"--config=" + dir.file("socks5.yaml"), "--dns-servers=" + dns.address()});
+  Socks5Daemon socks(dir,
+                     {"--config=" + dir.file("socks5.yaml"), "--dns-servers=" + dns.address()});
   auto proxy = "127.0.0.1:" + std::to_string(socks.port());
   auto port = std::to_string(http.port());
 
@@ -184,19 +197,30 @@ TEST_CASE("kubectl get --raw /api through socks5 (proxy-url on the kubeconfig cl
   std::smatch m;
   std::regex re("listening ([0-9]+)");
   std::string text;
-  REQUIRE(wait_until([&] { text = read_file(fixture_log); return std::regex_search(text, m, re); }, 10s));
+  REQUIRE(wait_until(
+      [&] {
+        text = read_file(fixture_log);
+        return std::regex_search(text, m, re);
+      },
+      10s));
   auto api_port = m[1].str();
 
   Socks5Daemon socks(dir);
   auto kubeconfig = dir.file("kubeconfig");
   write_file(kubeconfig,
              "apiVersion: v1\nkind: Config\nclusters:\n- name: private\n  cluster:\n"
-             "    server: https://127.0.0.1:" + api_port + "\n"
-             "    certificate-authority: " + cert + "\n"
-             "    proxy-url: socks5://127.0.0.1:" + std::to_string(socks.port()) + "\n"
-             "users:\n- name: op\n  user:\n    token: not-checked\n"
-             "contexts:\n- name: private\n  context:\n    cluster: private\n    user: op\n"
-             "current-context: private\n");
+             "    server: https://127.0.0.1:" +
+                 api_port +
+                 "\n"
+                 "    certificate-authority: " +
+                 cert +
+                 "\n"
+                 "    proxy-url: socks5://127.0.0.1:" +
+                 std::to_string(socks.port()) +
+                 "\n"
+                 "users:\n- name: op\n  user:\n    token: not-checked\n"
+                 "contexts:\n- name: private\n  context:\n    cluster: private\n    user: op\n"
+                 "current-context: private\n");
   auto r = run({"kubectl", "--kubeconfig", kubeconfig, "get", "--raw", "/api"}, 30s,
                {"HTTPS_PROXY=socks5://127.0.0.1:" + std::to_string(socks.port())});
   INFO(r.err);
@@ -207,8 +231,10 @@ TEST_CASE("kubectl get --raw /api through socks5 (proxy-url on the kubeconfig cl
 
 // reliability: socks5 | UDP datagram with FRAG != 0 | dropped silently | info close line "... 1
 // reliability+: datagrams dropped" | the association relays the next datagram
-TEST_CASE("UDP ASSOCIATE: echo through the relay, FRAG != 0 dropped, ends with the control "
-          "connection", "[e2e]") {
+TEST_CASE(
+    "UDP ASSOCIATE: echo through the relay, FRAG != 0 dropped, ends with the control "
+    "connection",
+    "[e2e]") {
   TempDir dir;
   Socks5Daemon socks(dir);
   asio::io_context ctx;
@@ -228,8 +254,8 @@ TEST_CASE("UDP ASSOCIATE: echo through the relay, FRAG != 0 dropped, ends with t
   udp::socket client(ctx, udp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   control->send({0x05, 0x01, 0x00});
   REQUIRE(control->recv(2) == Bytes{0x05, 0x00});
-  control->send(ipv4_request(0x03, asio::ip::make_address_v4("127.0.0.1"),
-                             client.local_endpoint().port()));
+  control->send(
+      ipv4_request(0x03, asio::ip::make_address_v4("127.0.0.1"), client.local_endpoint().port()));
   auto reply = control->recv(10);
   REQUIRE(reply.size() == 10);
   REQUIRE(reply[1] == 0x00);
@@ -320,7 +346,8 @@ TEST_CASE("SIGTERM drains: live sessions finish, new ones are refused, then exit
   socks.process().signal(SIGTERM);
   REQUIRE(socks.log_has("draining 1 sessions"));
   // Still working during the drain.
-  c.send({'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1', '.', '0', '\r', '\n', '\r', '\n'});
+  c.send({'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1', '.', '0', '\r', '\n', '\r',
+          '\n'});
   auto resp = c.recv(15);
   CHECK(std::string(resp.begin(), resp.end()) == "HTTP/1.1 200 OK");
   // New connections are refused (the listener is closed).
@@ -332,4 +359,97 @@ TEST_CASE("SIGTERM drains: live sessions finish, new ones are refused, then exit
   c.s.close();
   CHECK(socks.process().wait(5s) == 0);
   CHECK(socks.log_has("all sessions closed"));
+}
+
+TEST_CASE("max-sessions limit: the extra connection is closed and logged, the first keeps working",
+          "[e2e]") {
+  TempDir dir;
+  HttpServer http("still here\n");
+  Socks5Daemon socks(dir, {"--max-sessions=1"});
+  RawClient first(socks.port());
+  first.send({0x05, 0x01, 0x00});
+  REQUIRE(first.recv(2) == Bytes{0x05, 0x00});
+  first.send(ipv4_request(0x01, asio::ip::make_address_v4("127.0.0.1"), http.port()));
+  REQUIRE(first.recv(10)[1] == 0x00);
+
+  RawClient second(socks.port());
+  second.send({0x05, 0x01, 0x00});
+  CHECK(recv_bounded(second.s.native_handle(), 2).empty());  // closed without an answer
+  CHECK(socks.log_has("refused 127.0.0.1: max-sessions 1 reached"));
+  CHECK(socks.metric(R"(konn_socks5_sessions_refused_total{limit="max_sessions"})") == 1);
+
+  std::string get = "GET / HTTP/1.0\r\n\r\n";
+  first.send(Bytes(get.begin(), get.end()));
+  auto resp = first.recv(15);
+  CHECK(std::string(resp.begin(), resp.end()) == "HTTP/1.1 200 OK");
+}
+
+TEST_CASE("curl to http://[::1]:port/ through socks5 (CONNECT with ATYP 04)", "[e2e][ipv6]") {
+  std::unique_ptr<HttpServer> http;
+  try {
+    http = std::make_unique<HttpServer>("over ipv6\n", "::1");
+  } catch (const std::system_error& e) {
+    WARN("no ::1 on this machine (" << e.what() << "): IPv6 CONNECT not tested");
+    return;
+  }
+  TempDir dir;
+  Socks5Daemon socks(dir);
+  // --socks5 (not -hostname): curl sends the IPv6 literal itself, ATYP 04.
+  auto r = curl({"--socks5", "127.0.0.1:" + std::to_string(socks.port()),
+                 "http://[::1]:" + std::to_string(http->port()) + "/"});
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "over ipv6\n");
+  CHECK(
+      socks.log_has("cmd=CONNECT dst=[::1]:" + std::to_string(http->port()) + " reply=succeeded"));
+}
+
+TEST_CASE("UDP rule denials: the first is logged, the rest counted at close and in a metric",
+          "[e2e]") {
+  TempDir dir;
+  asio::io_context ctx;
+  udp::socket echo(ctx, udp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  udp::socket blocked(ctx, udp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  auto blocked_port = blocked.local_endpoint().port();
+  Socks5Daemon socks(dir, {"--rule=deny cmd=udp port=" + std::to_string(blocked_port)});
+
+  RawClient control(socks.port());
+  udp::socket client(ctx, udp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  control.send({0x05, 0x01, 0x00});
+  REQUIRE(control.recv(2) == Bytes{0x05, 0x00});
+  control.send(
+      ipv4_request(0x03, asio::ip::make_address_v4("127.0.0.1"), client.local_endpoint().port()));
+  auto reply = control.recv(10);
+  REQUIRE(reply.size() == 10);
+  REQUIRE(reply[1] == 0x00);
+  udp::endpoint relay(asio::ip::make_address("127.0.0.1"), port_of(reply));
+  auto dgram = [&](uint16_t port, const std::string& payload) {
+    Bytes d{0x00, 0x00, 0x00};
+    auto r = ipv4_request(0, asio::ip::make_address_v4("127.0.0.1"), port);
+    d.insert(d.end(), r.begin() + 3, r.end());
+    d.insert(d.end(), payload.begin(), payload.end());
+    return d;
+  };
+  constexpr int kDenied = 20;
+  for (int i = 0; i < kDenied; ++i) client.send_to(asio::buffer(dgram(blocked_port, "no")), relay);
+  // Datagrams are handled in order: once this one arrived, every denied one was handled.
+  client.send_to(asio::buffer(dgram(echo.local_endpoint().port(), "yes")), relay);
+  pollfd pf{echo.native_handle(), POLLIN, 0};
+  REQUIRE(::poll(&pf, 1, 5000) == 1);
+  std::array<uint8_t, 64> in;
+  udp::endpoint from;
+  CHECK(echo.receive_from(asio::buffer(in), from) == 3);
+  pollfd none{blocked.native_handle(), POLLIN, 0};
+  CHECK(::poll(&none, 1, 0) == 0);  // nothing reached the denied destination
+
+  CHECK(socks.metric(R"(konn_socks5_udp_dropped_total{reason="denied"})") == kDenied);
+  std::string log = socks.log();
+  std::string denial = "denied udp to 127.0.0.1 port " + std::to_string(blocked_port);
+  auto first = log.find(denial);
+  CHECK(first != std::string::npos);
+  CHECK(log.find(denial, first + 1) == std::string::npos);  // logged once, not per datagram
+
+  control.s.close();
+  CHECK(socks.log_has(std::to_string(kDenied) + " datagrams dropped (" + std::to_string(kDenied) +
+                      " denied by rules, the first one logged)"));
 }

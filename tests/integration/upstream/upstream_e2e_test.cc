@@ -36,8 +36,9 @@ uint16_t port_in_log(const Process& p, const std::string& needle, const std::reg
 
 // proxy-server (frontend on a unix socket, in `mode`), one agent, and local origins.
 struct Stack {
-  // `tcp`: the frontend on TCP with mutual TLS instead of the unix socket.
-  explicit Stack(const std::string& frontend_mode, bool tcp = false)
+  // `tcp`: the frontend on TCP with mutual TLS instead of the unix socket. `with_agent` false:
+  // a proxy-server no agent ever connected to.
+  explicit Stack(const std::string& frontend_mode, bool tcp = false, bool with_agent = true)
       : mode(frontend_mode),
         certs(konn::testsupport::test_certs()),
         server(dir, certs,
@@ -45,6 +46,7 @@ struct Stack {
                                        : ServerSpec{tcp, true, {"--mode=http-connect"}}) {
     http.add_page("/hello", "hello through the tunnel\n");
     server.start();
+    if (!with_agent) return;
     agent = konn::e2e::start_agent(dir, certs, server.agent_port(), AgentSpec{});
     if (!server.wait_agent_connected("agent-1", 20s)) {
       FAIL("agent did not connect; server log:\n" << server.process().log());
@@ -222,6 +224,47 @@ TEST_CASE("socks5 through Konnectivity: reply codes for a refused destination, B
     CHECK(c.request("127.0.0.1", 0, 3) == 0x07);  // UDP ASSOCIATE: neither
   }
   CHECK(socks.proc->wait_for_log("connection refused", 5s));
+}
+
+TEST_CASE("socks5 through Konnectivity: no agent gets 04, a proxy-server that is down gets 01",
+          "[e2e][upstream][socks5]") {
+  REQUIRE(Process::bin_exists("socks5"));
+  std::string mode = GENERATE(std::string("grpc"), std::string("http-connect"));
+  INFO("mode " << mode);
+  Stack stack(mode, false, /*with_agent=*/false);
+  Socks5 socks(stack);
+  {
+    // The proxy-server answers "No agent available": no agent can reach that host (README).
+    SocksClient c(socks.port);
+    CHECK(c.request("localhost", stack.echo.port()) == 0x04);
+  }
+  CHECK(socks.proc->wait_for_log("No agent available", 5s));
+  stack.server.kill();
+  {
+    SocksClient c(socks.port);
+    auto start = std::chrono::steady_clock::now();
+    CHECK(c.request("localhost", stack.echo.port()) == 0x01);
+    // Well before the 10 s dial timeout: an unreachable proxy-server is not a timeout.
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+  }
+  std::string m;
+  CHECK(konn::testsupport::eventually(
+      [&] {
+        m = scrape(socks.health, "/metrics");
+        return sample(m, "konn_socks5_sessions_active") == 0;
+      },
+      5s));
+  INFO(m << "\nsocks5 log:\n" << socks.proc->log());
+  CHECK(
+      sample(m, R"(konn_socks5_dial_failures_total{reason="no_agent",upstream="konnectivity"})") ==
+      1);
+  CHECK(
+      sample(
+          m,
+          R"(konn_socks5_dial_failures_total{reason="proxy_unavailable",upstream="konnectivity"})") ==
+      1);
+  CHECK(sample(m, R"(konn_socks5_replies_total{code="04"})") == 1);
+  CHECK(sample(m, R"(konn_socks5_replies_total{code="01"})") == 1);
 }
 
 TEST_CASE("socks5 with open Konnectivity tunnels shuts down cleanly on SIGTERM",
