@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sstream>
+#include <string_view>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -278,8 +279,17 @@ ExecOutput run_exec_plugin(const ExecConfig& x, std::chrono::milliseconds timeou
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Ours plus the kubeconfig's, which win (as in Go, where the last duplicate counts; getenv
+  // would take the first, so duplicates are dropped here).
+  auto overridden = [&x](std::string_view kv) {
+    std::string_view key = kv.substr(0, kv.find('='));
+    if (key == "KUBERNETES_EXEC_INFO") return true;
+    return std::any_of(x.env.begin(), x.env.end(), [key](const auto& e) { return e.first == key; });
+  };
   std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!overridden(*e)) env_s.emplace_back(*e);
+  }
   for (const auto& [k, v] : x.env) env_s.push_back(k + "=" + v);
   nlohmann::json info = {{"apiVersion", x.api_version},
                          {"kind", "ExecCredential"},

@@ -438,3 +438,27 @@ TEST_CASE("exec plugin: client certificate output, and expiry causes a re-run", 
     CHECK(lines_in(count) == 2);
   }
 }
+
+TEST_CASE("exec plugin: the kubeconfig's env wins over the process's", "[kubeconfig]") {
+  TempDir d;
+  ::setenv("KONN_EXEC_TEST_VAR", "from-process", 1);
+  std::string seen = (d.path / "seen").string();
+  std::string plugin =
+      d.write("plugin.sh", "#!/bin/sh\nprintf '%s' \"$KONN_EXEC_TEST_VAR\" > " + seen + "\n" +
+                               print_credential("{\"token\":\"t\"}"));
+  fs::permissions(plugin, fs::perms::owner_all);
+  std::string cfg = d.write("config", R"(
+clusters: [{name: c, cluster: {server: "https://h:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: ./plugin.sh,
+  env: [{name: KONN_EXEC_TEST_VAR, value: from-kubeconfig}]}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+)");
+  KubeconfigOverrides o;
+  o.kubeconfig = cfg;
+  auto rc = load_rest_config(o, no_env());
+  CredentialSource creds(rc);
+  CHECK(creds.current().authorization == "Bearer t");
+  ::unsetenv("KONN_EXEC_TEST_VAR");
+  CHECK(slurp(seen) == "from-kubeconfig");
+}
