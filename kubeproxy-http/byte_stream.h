@@ -32,8 +32,22 @@ class BufferedTcp : public asio::buffered_read_stream<asio::ip::tcp::socket> {
   }
 };
 
+// TLS inside TLS: the apiserver's session carried in the CONNECT tunnel of an https proxy-url.
+// The inner engine reads and writes the outer stream's plaintext, so each byte is decrypted twice
+// and copied only by the two TLS engines; the outer stream lives on the heap (unique_ptr) so the
+// inner one can keep a reference to it. Members are destroyed inner first.
+struct TlsInTls {
+  using Outer = asio::ssl::stream<BufferedTcp>;
+  using Inner = asio::ssl::stream<Outer&>;
+  std::unique_ptr<Outer> outer;
+  Inner inner;
+  TlsInTls(std::unique_ptr<Outer> o, asio::ssl::context& ctx)
+      : outer(std::move(o)), inner(*outer, ctx) {}
+};
+
 // One connected byte stream of any of the kinds the proxy handles: TCP, a unix socket, TLS over
-// TCP (handshake already done), or a tunnel through a Konnectivity proxy-server. Lets the HTTP code
+// TCP (handshake already done), TLS inside TLS (through an https proxy), or a tunnel through a
+// Konnectivity proxy-server. Lets the HTTP code
 // be written once. Like the sockets it wraps, it allows one read and one write in flight at the
 // same time.
 class ByteStream {
@@ -45,15 +59,19 @@ class ByteStream {
   using IoResult = std::tuple<std::error_code, size_t>;
 
  private:
-  std::variant<Tcp, Unix, std::unique_ptr<Tls>, std::unique_ptr<Konnectivity>> impl_;
+  std::variant<Tcp, Unix, std::unique_ptr<Tls>, std::unique_ptr<Konnectivity>,
+               std::unique_ptr<TlsInTls>>
+      impl_;
 
   template <typename F>
   decltype(auto) visit(F&& f) {
     return std::visit(
         [&](auto& s) -> decltype(auto) {
           using T = std::decay_t<decltype(s)>;
-          if constexpr (std::is_same_v<T, std::unique_ptr<Tls>> ||
-                        std::is_same_v<T, std::unique_ptr<Konnectivity>>) {
+          if constexpr (std::is_same_v<T, std::unique_ptr<TlsInTls>>) {
+            return f(s->inner);
+          } else if constexpr (std::is_same_v<T, std::unique_ptr<Tls>> ||
+                               std::is_same_v<T, std::unique_ptr<Konnectivity>>) {
             return f(*s);
           } else {
             return f(s);
@@ -67,6 +85,7 @@ class ByteStream {
   explicit ByteStream(Unix s) : impl_(std::move(s)) {}
   explicit ByteStream(std::unique_ptr<Tls> s) : impl_(std::move(s)) {}
   explicit ByteStream(std::unique_ptr<Konnectivity> s) : impl_(std::move(s)) {}
+  explicit ByteStream(std::unique_ptr<TlsInTls> s) : impl_(std::move(s)) {}
 
   asio::any_io_executor get_executor() {
     return visit([](auto& s) { return asio::any_io_executor(s.get_executor()); });
@@ -107,15 +126,32 @@ class ByteStream {
       return static_cast<size_t>(SSL_pending((*s)->native_handle())) +
              (*s)->next_layer().in_avail();
     }
+    if (auto* s = std::get_if<std::unique_ptr<TlsInTls>>(&impl_)) {
+      return static_cast<size_t>(SSL_pending((*s)->inner.native_handle())) +
+             static_cast<size_t>(SSL_pending((*s)->outer->native_handle())) +
+             (*s)->outer->next_layer().in_avail();
+    }
     return 0;
   }
 
-  bool is_tls() const { return std::holds_alternative<std::unique_ptr<Tls>>(impl_); }
+  bool is_tls() const {
+    return std::holds_alternative<std::unique_ptr<Tls>>(impl_) ||
+           std::holds_alternative<std::unique_ptr<TlsInTls>>(impl_);
+  }
+
+  // Takes the TLS stream out (to layer another TLS session over it); null when this is not
+  // single TLS. The ByteStream is left unusable.
+  std::unique_ptr<Tls> release_tls() {
+    auto* s = std::get_if<std::unique_ptr<Tls>>(&impl_);
+    return s != nullptr ? std::move(*s) : nullptr;
+  }
 
   Tcp* tcp() {
     if (auto* t = std::get_if<Tcp>(&impl_)) return t;
     if (auto* s = std::get_if<std::unique_ptr<Tls>>(&impl_))
       return &(*s)->next_layer().next_layer();
+    if (auto* s = std::get_if<std::unique_ptr<TlsInTls>>(&impl_))
+      return &(*s)->outer->next_layer().next_layer();
     return nullptr;
   }
 

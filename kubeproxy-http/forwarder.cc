@@ -5,6 +5,10 @@
 #include <fstream>
 #include <vector>
 
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/post.hpp>
+
 #include "core/http/http1_parser.h"
 #include "core/http/http1_writer.h"
 #include "core/log/log_macros.h"
@@ -99,7 +103,8 @@ Forwarder::Forwarder(const KubeproxyOptions& options, const RestConfig& rest,
                      const std::vector<asio::execution_context*>& contexts)
     : options_(options),
       rest_(rest),
-      credentials_(rest),
+      credentials_(
+          rest, std::chrono::duration_cast<std::chrono::milliseconds>(options.exec_plugin_timeout)),
       filter_(options.accept_paths, options.reject_paths, options.accept_hosts,
               options.reject_methods),
       dialer_(rest, std::chrono::duration_cast<std::chrono::milliseconds>(options.dial_timeout),
@@ -122,25 +127,85 @@ Forwarder::IdleList& Forwarder::idle_for(asio::any_io_executor ex) {
   return it->second;
 }
 
-std::unique_ptr<ByteStream> Forwarder::take_idle(asio::any_io_executor ex) {
+std::unique_ptr<ByteStream> Forwarder::take_idle(asio::any_io_executor ex, uint64_t generation) {
   auto& list = idle_for(ex);
   auto now = Clock::now();
   while (!list.empty()) {
     Idle idle = std::move(list.back());
     list.pop_back();
-    if (now - idle.since < kIdleTimeout && idle.stream->is_open()) return std::move(idle.stream);
+    // A connection opened with another client certificate authenticates as someone else (or as
+    // an expired certificate): it is never reused once the plugin returned a new one.
+    if (idle.generation == generation && now - idle.since < kIdleTimeout &&
+        idle.stream->is_open()) {
+      return std::move(idle.stream);
+    }
     idle.stream->close();
   }
   return nullptr;
 }
 
-void Forwarder::put_idle(std::unique_ptr<ByteStream> s) {
+void Forwarder::put_idle(std::unique_ptr<ByteStream> s, uint64_t generation) {
   auto& list = idle_for(s->get_executor());
   if (list.size() >= kMaxIdlePerWorker) {
     list.front().stream->close();
     list.pop_front();
   }
-  list.push_back(Idle{std::move(s), Clock::now()});
+  list.push_back(Idle{std::move(s), Clock::now(), generation});
+}
+
+bool Forwarder::caller_authorized(const Exchange& x) const {
+  bool drop_auth = options_.strip_client_credentials || !options_.require_token.empty();
+  return !drop_auth && x.req.head().find("Authorization") != nullptr;
+}
+
+Forwarder::UpstreamAuth Forwarder::with_tls(CredentialSource::Credential c) {
+  UpstreamAuth out;
+  if (!c.error.empty()) {
+    out.error = std::move(c.error);
+    return out;
+  }
+  out.authorization = std::move(c.authorization);
+  if (c.client_cert_pem.empty() || rest_.scheme != "https") return out;
+  std::lock_guard lock(exec_tls_mu_);
+  if (!exec_tls_ || c.client_cert_pem != exec_cert_pem_ || c.client_key_pem != exec_key_pem_) {
+    try {
+      exec_tls_ = dialer_.context_with_client_cert(c.client_cert_pem, c.client_key_pem);
+    } catch (const std::exception& e) {
+      exec_tls_.reset();
+      out.error = std::string("exec plugin returned an unusable client certificate: ") + e.what();
+      return out;
+    }
+    exec_cert_pem_ = std::move(c.client_cert_pem);
+    exec_key_pem_ = std::move(c.client_key_pem);
+    ++exec_generation_;
+  }
+  out.tls = exec_tls_;
+  out.generation = exec_generation_;
+  return out;
+}
+
+core::io::Awaitable<Forwarder::UpstreamAuth> Forwarder::upstream_auth(bool caller_authorized) {
+  using Credential = CredentialSource::Credential;
+  if (rest_.exec && caller_authorized) {
+    // client-go's exec round tripper leaves a request that has an Authorization alone; its
+    // TLS client certificate is the plugin's latest, if the plugin gave one.
+    Credential c = credentials_.last_exec().value_or(Credential{});
+    c.authorization.clear();
+    co_return with_tls(std::move(c));
+  }
+  if (auto c = credentials_.cached()) co_return with_tls(std::move(*c));
+  // The plugin has to run (or is running): wait for its result, posted back to this coroutine's
+  // executor from the runner thread.
+  Credential c = co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(Credential)>(
+      [this](auto handler) {
+        auto ex = asio::get_associated_executor(handler);
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        credentials_.fetch([h, ex](Credential cred) {
+          asio::post(ex, [h, cred = std::move(cred)]() mutable { (*h)(std::move(cred)); });
+        });
+      },
+      asio::use_awaitable);
+  co_return with_tls(std::move(c));
 }
 
 core::io::Awaitable<void> Forwarder::serve(ByteStream client, std::string peer) {
@@ -279,8 +344,8 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
   co_return co_await forward(x, upstream_target);
 }
 
-std::string Forwarder::upstream_head(const Exchange& x, const std::string& target,
-                                     bool is_upgrade) {
+std::string Forwarder::upstream_head(const Exchange& x, const std::string& target, bool is_upgrade,
+                                     const std::string& authorization) {
   const auto& h = x.req.head();
   bool drop_auth = options_.strip_client_credentials || !options_.require_token.empty();
   Headers out;
@@ -309,10 +374,7 @@ std::string Forwarder::upstream_head(const Exchange& x, const std::string& targe
   }
   // client-go adds credentials only when the request carries none (kubectl passes callers'
   // headers through; --strip-client-credentials removes them above).
-  if (!has_auth) {
-    auto cred = credentials_.current();
-    if (!cred.authorization.empty()) out.emplace_back("Authorization", cred.authorization);
-  }
+  if (!has_auth && !authorization.empty()) out.emplace_back("Authorization", authorization);
   if (!has_impersonate && !rest_.impersonate_user.empty()) {
     out.emplace_back("Impersonate-User", rest_.impersonate_user);
     for (const auto& g : rest_.impersonate_groups) out.emplace_back("Impersonate-Group", g);
@@ -330,7 +392,14 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
   const auto& h = x.req.head();
   const bool chunked_in = h.chunked;
   const bool replayable = x.body_done;
-  std::string head = upstream_head(x, target, false);
+  UpstreamAuth auth = co_await upstream_auth(caller_authorized(x));
+  if (!auth.error.empty()) {
+    KONN_LOG(log_, warn, "{}: {} {}: getting credentials: {}", x.peer, h.method, target,
+             auth.error);
+    co_return co_await send_text(x.client, 502, "getting credentials: " + auth.error + "\n",
+                                 !(x.body_done && h.keep_alive), x.status);
+  }
+  std::string head = upstream_head(x, target, false, auth.authorization);
   if (!x.body_done && h.has_token("Expect", "100-continue")) {
     // We stream the body as it comes: tell the client to send it now.
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -342,13 +411,13 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
   for (int attempt = 0;; ++attempt) {
     std::unique_ptr<ByteStream> up;
     bool reused = false;
-    if (replayable && attempt == 0) up = take_idle(ex);
+    if (replayable && attempt == 0) up = take_idle(ex, auth.generation);
     if (up) {
       reused = true;
       stats_.pool_reuses.fetch_add(1, std::memory_order_relaxed);
     } else {
       stats_.upstream_dials.fetch_add(1, std::memory_order_relaxed);
-      auto d = co_await dialer_.dial(ex);
+      auto d = co_await dialer_.dial(ex, auth.tls);
       if (!d.stream) {
         KONN_LOG(log_, warn, "{}: {} {}: {}", x.peer, h.method, target, d.error);
         co_return co_await send_text(
@@ -556,7 +625,7 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
     }
     if (!done) continue;  // retry
     if (resp.head().keep_alive) {
-      put_idle(std::move(up));
+      put_idle(std::move(up), auth.generation);
     } else {
       up->close();
     }
@@ -565,9 +634,15 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
 }
 
 core::io::Awaitable<bool> Forwarder::upgrade(Exchange& x, const std::string& target) {
-  std::string head = upstream_head(x, target, true);
+  UpstreamAuth auth = co_await upstream_auth(caller_authorized(x));
+  if (!auth.error.empty()) {
+    KONN_LOG(log_, warn, "{}: upgrade {}: getting credentials: {}", x.peer, target, auth.error);
+    co_return co_await send_text(x.client, 502, "getting credentials: " + auth.error + "\n", true,
+                                 x.status);
+  }
+  std::string head = upstream_head(x, target, true, auth.authorization);
   stats_.upstream_dials.fetch_add(1, std::memory_order_relaxed);
-  auto d = co_await dialer_.dial(x.client.get_executor());
+  auto d = co_await dialer_.dial(x.client.get_executor(), auth.tls);
   if (!d.stream) {
     KONN_LOG(log_, warn, "{}: upgrade {}: {}", x.peer, target, d.error);
     co_return co_await send_text(

@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <asio/execution_context.hpp>
@@ -28,7 +29,8 @@ namespace konn::kubeproxy {
 // body size. Upgrades (exec, attach, port-forward) go to upgrade.h on a fresh connection.
 //
 // Threading: serve() runs on the downstream connection's io_context; the idle pool is per
-// io_context and touched only from its thread, so it needs no lock.
+// io_context and touched only from its thread, so it needs no lock. Exec credential plugins run
+// on CredentialSource's own thread; a request needing one waits for it as a suspended coroutine.
 class Forwarder {
  public:
   // Throws std::runtime_error (bad TLS material or patterns) at startup.
@@ -51,6 +53,14 @@ class Forwarder {
   struct Idle {
     std::unique_ptr<ByteStream> stream;
     std::chrono::steady_clock::time_point since;
+    uint64_t generation;  // of the client certificate it was opened with (UpstreamAuth)
+  };
+  // What one request needs to go upstream.
+  struct UpstreamAuth {
+    std::string authorization;                // to add when the caller sent none; "" for none
+    std::shared_ptr<asio::ssl::context> tls;  // client TLS; null: the kubeconfig's
+    uint64_t generation = 0;  // 0 for the kubeconfig's; +1 for each new exec plugin certificate
+    std::string error;        // the credential could not be had (exec plugin failure)
   };
   using IdleList = std::deque<Idle>;
   struct Exchange;
@@ -60,12 +70,20 @@ class Forwarder {
   core::io::Awaitable<bool> upgrade(Exchange& x, const std::string& target);
   core::io::Awaitable<bool> serve_static(Exchange& x, const std::string& path);
 
-  std::unique_ptr<ByteStream> take_idle(asio::any_io_executor ex);
-  void put_idle(std::unique_ptr<ByteStream> s);
+  // Waits (without blocking the thread) for a running exec plugin when the credential needs one.
+  // `caller_authorized`: the request carries its own Authorization, which is passed on: then no
+  // plugin run is waited for, only the client certificate of its last output is used.
+  core::io::Awaitable<UpstreamAuth> upstream_auth(bool caller_authorized);
+  UpstreamAuth with_tls(CredentialSource::Credential c);
+  bool caller_authorized(const Exchange& x) const;
+
+  std::unique_ptr<ByteStream> take_idle(asio::any_io_executor ex, uint64_t generation);
+  void put_idle(std::unique_ptr<ByteStream> s, uint64_t generation);
   IdleList& idle_for(asio::any_io_executor ex);
 
   // The upstream request head: Host rewritten, hop-by-hop dropped, credentials added.
-  std::string upstream_head(const Exchange& x, const std::string& target, bool is_upgrade);
+  std::string upstream_head(const Exchange& x, const std::string& target, bool is_upgrade,
+                            const std::string& authorization);
 
   const KubeproxyOptions& options_;
   const RestConfig& rest_;
@@ -73,6 +91,12 @@ class Forwarder {
   RequestFilter filter_;
   UpstreamDialer dialer_;
   std::map<asio::execution_context*, IdleList> idle_;
+  // The client context for the exec plugin's current certificate, shared by the workers.
+  std::mutex exec_tls_mu_;
+  std::string exec_cert_pem_;
+  std::string exec_key_pem_;
+  std::shared_ptr<asio::ssl::context> exec_tls_;
+  uint64_t exec_generation_ = 0;
   std::shared_ptr<spdlog::logger> log_;
   Stats stats_;
   KubeproxyMetrics* metrics_ = nullptr;

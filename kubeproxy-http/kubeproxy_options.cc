@@ -96,6 +96,9 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
   f.add(
       "request-header-timeout", &request_header_timeout,
       "kubeproxy-http: time a client has to send a complete request head (0 = none, as kubectl).");
+  f.add("exec-plugin-timeout", &exec_plugin_timeout,
+        "kubeproxy-http: how long a kubeconfig exec credential plugin may run before it is "
+        "killed and the requests waiting for it get 502 (kubectl waits forever).");
   f.add("max-header-bytes", &max_header_bytes,
         "kubeproxy-http: largest request head accepted; larger gets 431.");
   f.add("strip-client-credentials", &strip_client_credentials,
@@ -140,6 +143,7 @@ std::vector<std::string> KubeproxyOptions::validate(bool port_set) const {
   if (!client_ca_file.empty() && tls_cert_file.empty()) {
     errors.push_back("--client-ca-file: requires --tls-cert-file");
   }
+  if (exec_plugin_timeout.count() <= 0) errors.push_back("--exec-plugin-timeout: must be positive");
   if (max_header_bytes < 1024) errors.push_back("--max-header-bytes: must be at least 1024");
   if (workers < 0) errors.push_back("--workers: must not be negative");
   if (health_port < -1 || health_port > 65535) {
@@ -167,9 +171,10 @@ void KubeproxyOptions::print(spdlog::logger& log) const {
            join(accept_paths), join(reject_paths), join(accept_hosts), join(reject_methods),
            disable_filter);
   log.info(
-      "request-header-timeout={} max-header-bytes={} strip-client-credentials={} "
-      "access-log={} workers={} allowed-destinations={} proxy-user={}",
-      core::config::format_go_duration(request_header_timeout), max_header_bytes,
+      "request-header-timeout={} exec-plugin-timeout={} max-header-bytes={} "
+      "strip-client-credentials={} access-log={} workers={} allowed-destinations={} proxy-user={}",
+      core::config::format_go_duration(request_header_timeout),
+      core::config::format_go_duration(exec_plugin_timeout), max_header_bytes,
       strip_client_credentials, access_log, workers, join(allowed_destinations),
       proxy_user.empty() ? "(none)" : "(set)");
   log.info("health-port={} health-bind-address={} konnectivity: {}", health_port,

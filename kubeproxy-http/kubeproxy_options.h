@@ -41,6 +41,8 @@ struct KubeproxyOptions {
   std::string proxy_user;                         // connect: "user:password" required
   core::config::Duration dial_timeout = std::chrono::seconds(30);
   core::config::Duration request_header_timeout = std::chrono::seconds(30);  // slowloris guard
+  // Longest run of a kubeconfig exec credential plugin before it is killed (kubectl: none).
+  core::config::Duration exec_plugin_timeout = core::kube::kDefaultExecTimeout;
   int64_t max_header_bytes = 1 << 20;     // request head limit, 431 beyond
   bool strip_client_credentials = false;  // drop callers' Authorization/Impersonate-*
   std::string require_token;              // callers must send "Bearer <this>"

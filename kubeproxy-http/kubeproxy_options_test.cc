@@ -1,8 +1,8 @@
 #include "kubeproxy-http/kubeproxy_options.h"
 
-#include <catch2/catch.hpp>
-
 #include <vector>
+
+#include <catch2/catch.hpp>
 
 using konn::kubeproxy::KubeproxyOptions;
 
@@ -42,9 +42,9 @@ TEST_CASE("defaults are kubectl proxy's", "[options]") {
 }
 
 TEST_CASE("short flags and kubeconfig flags", "[options]") {
-  auto p = parse({"-p", "0", "-w", "/srv", "-P", "/s/", "--reject-methods=POST,PUT",
-                  "--context=c", "--as-group=a", "--as-group=b", "--insecure-skip-tls-verify",
-                  "-s", "https://x:6443"});
+  auto p =
+      parse({"-p", "0", "-w", "/srv", "-P", "/s/", "--reject-methods=POST,PUT", "--context=c",
+             "--as-group=a", "--as-group=b", "--insecure-skip-tls-verify", "-s", "https://x:6443"});
   CHECK(p.errors.empty());
   CHECK(p.o.port == 0);
   CHECK(p.o.www == "/srv");
@@ -60,4 +60,14 @@ TEST_CASE("every error at once", "[options]") {
   auto p = parse({"-u", "/tmp/s.sock", "--port=9000", "--mode=socks", "--accept-paths=(",
                   "--proxy-user=nopass"});
   CHECK(p.errors.size() == 4);
+}
+
+TEST_CASE("exec plugin timeout: 30s by default, must be positive", "[options]") {
+  CHECK(parse({}).o.exec_plugin_timeout == std::chrono::seconds(30));
+  auto p = parse({"--exec-plugin-timeout=1500ms"});
+  CHECK(p.errors.empty());
+  CHECK(p.o.exec_plugin_timeout == std::chrono::milliseconds(1500));
+  p = parse({"--exec-plugin-timeout=0"});
+  REQUIRE(p.errors.size() == 1);
+  CHECK(p.errors[0] == "--exec-plugin-timeout: must be positive");
 }

@@ -6,10 +6,10 @@
 #include <asio/read.hpp>
 #include <asio/ssl.hpp>
 
-#include "core/kube/kubeconfig.h"
+#include "core/error/errc.h"
 #include "core/http/http1_parser.h"
 #include "core/http/http1_writer.h"
-#include "core/error/errc.h"
+#include "core/kube/kubeconfig.h"
 #include "core/net/dialer.h"
 #include "core/net/endpoint.h"
 #include "core/tls/tls_context.h"
@@ -54,37 +54,50 @@ void set_keepalive(asio::ip::tcp::socket& s, std::chrono::seconds period) {
   setsockopt(s.native_handle(), IPPROTO_TCP, TCP_KEEPINTVL, &secs, sizeof secs);
 }
 
-// TLS client handshake over `tcp`, with SNI and name verification on `name`.
+// TLS client handshake on a stream not yet used, with SNI and name verification on `name`.
+// Returns "" on success, else the reason (`timed_out` set when the deadline passed).
+template <typename Stream>
+core::io::Awaitable<std::string> handshake_on(Stream& tls, const std::string& name, bool verify,
+                                              std::chrono::milliseconds timeout, bool& timed_out) {
+  using namespace asio::experimental::awaitable_operators;
+  if (!core::tls::prepare_client(tls.native_handle(), name, verify)) {
+    co_return "tls: cannot use server name \"" + name + "\"";
+  }
+  asio::steady_timer timer(tls.get_executor(), timeout);
+  auto r = co_await (tls.async_handshake(asio::ssl::stream_base::client, use_nothrow) ||
+                     timer.async_wait(use_nothrow));
+  if (r.index() == 1) {
+    timed_out = true;
+    co_return "net/http: TLS handshake timeout";
+  }
+  auto [ec] = std::get<0>(r);
+  if (!ec) co_return "";
+  std::string reason = ec.message();
+  long vr = SSL_get_verify_result(tls.native_handle());
+  if (vr != X509_V_OK) reason = std::string("x509: ") + X509_verify_cert_error_string(vr);
+  co_return "tls: handshake with " + name + " failed: " + reason;
+}
+
+// TLS over a TCP connection.
 core::io::Awaitable<UpstreamDialer::Outcome> handshake(asio::ssl::context& ctx,
                                                        asio::ip::tcp::socket tcp,
                                                        const std::string& name, bool verify,
                                                        std::chrono::milliseconds timeout) {
-  using namespace asio::experimental::awaitable_operators;
   UpstreamDialer::Outcome out;
   auto tls = std::make_unique<ByteStream::Tls>(std::move(tcp), ctx);
-  if (!core::tls::prepare_client(tls->native_handle(), name, verify)) {
-    out.error = "tls: cannot use server name \"" + name + "\"";
-    co_return out;
-  }
-  asio::steady_timer timer(tls->get_executor(), timeout);
-  auto r = co_await (tls->async_handshake(asio::ssl::stream_base::client, use_nothrow) ||
-                     timer.async_wait(use_nothrow));
-  if (r.index() == 1) {
-    out.error = "net/http: TLS handshake timeout";
-    out.timeout = true;
-    co_return out;
-  }
-  auto [ec] = std::get<0>(r);
-  if (ec) {
-    std::string reason = ec.message();
-    long vr = SSL_get_verify_result(tls->native_handle());
-    if (vr != X509_V_OK) {
-      reason = std::string("x509: ") + X509_verify_cert_error_string(vr);
-    }
-    out.error = "tls: handshake with " + name + " failed: " + reason;
-    co_return out;
-  }
-  out.stream = std::make_unique<ByteStream>(std::move(tls));
+  out.error = co_await handshake_on(*tls, name, verify, timeout, out.timeout);
+  if (out.error.empty()) out.stream = std::make_unique<ByteStream>(std::move(tls));
+  co_return out;
+}
+
+// TLS inside the TLS connection to an https proxy (the CONNECT tunnel already established).
+core::io::Awaitable<UpstreamDialer::Outcome> handshake_in_tls(
+    asio::ssl::context& ctx, std::unique_ptr<ByteStream::Tls> outer, const std::string& name,
+    bool verify, std::chrono::milliseconds timeout) {
+  UpstreamDialer::Outcome out;
+  auto both = std::make_unique<TlsInTls>(std::move(outer), ctx);
+  out.error = co_await handshake_on(both->inner, name, verify, timeout, out.timeout);
+  if (out.error.empty()) out.stream = std::make_unique<ByteStream>(std::move(both));
   co_return out;
 }
 
@@ -131,8 +144,21 @@ core::io::Awaitable<UpstreamDialer::Outcome> UpstreamDialer::dial_plain(
   co_return out;
 }
 
-core::io::Awaitable<UpstreamDialer::Outcome> UpstreamDialer::dial(asio::any_io_executor ex) const {
+std::shared_ptr<asio::ssl::context> UpstreamDialer::context_with_client_cert(
+    const std::string& cert_pem, const std::string& key_pem) const {
+  core::tls::ClientTlsConfig c;
+  c.ca_pem = rest_.ca_pem;
+  c.insecure_skip_verify = rest_.insecure_skip_tls_verify;
+  c.cert_pem = cert_pem;
+  c.key_pem = key_pem;
+  c.alpn = {"http/1.1"};
+  return core::tls::make_client_context(c);
+}
+
+core::io::Awaitable<UpstreamDialer::Outcome> UpstreamDialer::dial(
+    asio::any_io_executor ex, std::shared_ptr<asio::ssl::context> tls) const {
   Outcome out;
+  if (!tls) tls = tls_;
   if (!rest_.proxy_url.empty()) {
     out = co_await through_proxy(ex);
     if (!out.stream) co_return out;
@@ -149,15 +175,20 @@ core::io::Awaitable<UpstreamDialer::Outcome> UpstreamDialer::dial(asio::any_io_e
     set_keepalive(*tcp, keepalive_);
   }
   if (rest_.scheme != "https") co_return out;
-  // TLS to the apiserver. Through an https proxy the tunnel itself is TLS, so the apiserver
-  // session would be TLS in TLS; that combination is refused below.
+  // TLS to the apiserver; through an https proxy inside the proxy's TLS session (as Go does).
+  // `tls` is kept alive by this frame until the handshake ends; afterwards the SSL object holds
+  // its own reference to the SSL_CTX (no callbacks live in the asio context).
+  if (auto outer = out.stream->release_tls()) {
+    co_return co_await handshake_in_tls(*tls, std::move(outer), rest_.tls_server_name,
+                                        !rest_.insecure_skip_tls_verify, timeout_);
+  }
   auto* plain = out.stream->tcp();
-  if (plain == nullptr || out.stream->is_tls()) {
-    out.error = "tls: apiserver TLS inside an https proxy tunnel is not supported";
+  if (plain == nullptr) {
+    out.error = "tls: no TCP connection to layer TLS on";
     out.stream.reset();
     co_return out;
   }
-  co_return co_await handshake(*tls_, std::move(*plain), rest_.tls_server_name,
+  co_return co_await handshake(*tls, std::move(*plain), rest_.tls_server_name,
                                !rest_.insecure_skip_tls_verify, timeout_);
 }
 
@@ -176,7 +207,8 @@ core::io::Awaitable<UpstreamDialer::Outcome> UpstreamDialer::through_proxy(
   if (proxy.scheme == "socks5") {
     // RFC 1928: no-auth greeting (or user/pass when the URL has userinfo), CONNECT by name.
     bool with_auth = !proxy.userinfo.empty();
-    std::string greet = with_auth ? std::string("\x05\x02\x00\x02", 4) : std::string("\x05\x01\x00", 3);
+    std::string greet =
+        with_auth ? std::string("\x05\x02\x00\x02", 4) : std::string("\x05\x01\x00", 3);
     auto [e1, n1] = co_await asio::async_write(sock, asio::buffer(greet), use_nothrow);
     std::array<unsigned char, 2> choice{};
     auto [e2, n2] = co_await asio::async_read(sock, asio::buffer(choice), use_nothrow);

@@ -1,14 +1,21 @@
 #include "core/kube/kubeconfig.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iomanip>
+#include <poll.h>
 #include <spawn.h>
 #include <sstream>
+#include <string_view>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -177,17 +184,247 @@ void parse_server(RestConfig& rc, const std::string& origin) {
   }
 }
 
-const char* kExecInfo =
-    R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",)"
-    R"("spec":{"interactive":false}})";
+constexpr const char* kExecV1 = "client.authentication.k8s.io/v1";
+constexpr const char* kExecV1beta1 = "client.authentication.k8s.io/v1beta1";
+// Plugin output we keep: an ExecCredential is a few KiB; more is a broken plugin.
+constexpr size_t kMaxExecStdout = 1 << 20;
+constexpr size_t kMaxExecStderr = 1024;  // quoted in the error; the rest is read and dropped
 
-// Parses an RFC 3339 UTC time ("2026-01-02T03:04:05Z"); nullopt when absent or unparsable.
+// Parses an RFC 3339 time ("2026-01-02T03:04:05Z", fractions and "+hh:mm" offsets allowed);
+// nullopt when absent or unparsable.
 std::optional<std::time_t> parse_rfc3339(const std::string& s) {
   std::tm tm{};
   std::istringstream in(s);
   in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
   if (in.fail()) return std::nullopt;
-  return timegm(&tm);
+  std::time_t t = timegm(&tm);
+  std::string rest;
+  in >> rest;
+  size_t pos = 0;
+  if (pos < rest.size() && rest[pos] == '.') {
+    ++pos;
+    while (pos < rest.size() && std::isdigit(static_cast<unsigned char>(rest[pos]))) ++pos;
+  }
+  if (pos < rest.size() && (rest[pos] == '+' || rest[pos] == '-') && rest.size() >= pos + 6) {
+    int sign = rest[pos] == '+' ? 1 : -1;
+    int hh = std::atoi(rest.substr(pos + 1, 2).c_str());
+    int mm = std::atoi(rest.substr(pos + 4, 2).c_str());
+    t -= sign * (hh * 3600 + mm * 60);
+  }
+  return t;
+}
+
+// A string member of a JSON object, "" when absent or not a string.
+std::string json_string(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+struct ExecOutput {
+  std::string token;
+  std::string cert_pem;
+  std::string key_pem;
+  std::optional<std::time_t> expiry;
+  std::string error;  // "" on success
+};
+
+// Closes its descriptors on scope exit.
+struct Fds {
+  std::vector<int> fds;
+  ~Fds() {
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+  }
+};
+
+// Runs the plugin as client-go does (args, env added to ours, KUBERNETES_EXEC_INFO naming the
+// configured apiVersion, interactive false), in its own process group so that a timeout kills
+// whatever it started too (a shell script's children hold the pipes open otherwise). Blocking:
+// called on CredentialSource's runner thread only.
+ExecOutput run_exec_plugin(const ExecConfig& x, std::chrono::milliseconds timeout,
+                           const std::atomic<bool>& stopping) {
+  using Clock = std::chrono::steady_clock;
+  ExecOutput r;
+  const std::string who = "exec: executable " + x.command;
+  int out_pipe[2];
+  int err_pipe[2];
+  // O_CLOEXEC: other threads may spawn processes too, and must not inherit our pipe ends.
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+    r.error = who + ": pipe: " + std::strerror(errno);
+    return r;
+  }
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    r.error = who + ": pipe: " + std::strerror(errno);
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    return r;
+  }
+  Fds read_ends{{out_pipe[0], err_pipe[0]}};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  // Not interactive: no terminal, stdin is /dev/null.
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  // Nothing beyond 0-2: Asio opens sockets without O_CLOEXEC, so the plugin would otherwise
+  // inherit the listener and every client and apiserver connection (and hold them open).
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  std::vector<std::string> argv_s{x.command};
+  argv_s.insert(argv_s.end(), x.args.begin(), x.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // Ours plus the kubeconfig's, which win (as in Go, where the last duplicate counts; getenv
+  // would take the first, so duplicates are dropped here).
+  auto overridden = [&x](std::string_view kv) {
+    std::string_view key = kv.substr(0, kv.find('='));
+    if (key == "KUBERNETES_EXEC_INFO") return true;
+    return std::any_of(x.env.begin(), x.env.end(), [key](const auto& e) { return e.first == key; });
+  };
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!overridden(*e)) env_s.emplace_back(*e);
+  }
+  for (const auto& [k, v] : x.env) env_s.push_back(k + "=" + v);
+  nlohmann::json info = {{"apiVersion", x.api_version},
+                         {"kind", "ExecCredential"},
+                         {"spec", {{"interactive", false}}}};
+  env_s.push_back("KUBERNETES_EXEC_INFO=" + info.dump());
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, x.command.c_str(), &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (rc != 0) {
+    r.error = rc == ENOENT ? who + " not found" : who + ": " + std::strerror(rc);
+    return r;
+  }
+
+  auto deadline = Clock::now() + timeout;
+  std::string out;
+  std::string err;
+  bool out_open = true;
+  bool err_open = true;
+  bool timed_out = false;
+  bool too_big = false;
+  char buf[16 * 1024];
+  auto wait_slice = [&]() -> int {
+    // Short slices so that shutdown (stopping) is noticed within 100 ms.
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return static_cast<int>(std::clamp<int64_t>(left.count(), 0, 100));
+  };
+  while ((out_open || err_open) && !stopping.load()) {
+    if (Clock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    pollfd p[2] = {{out_open ? out_pipe[0] : -1, POLLIN, 0},
+                   {err_open ? err_pipe[0] : -1, POLLIN, 0}};
+    int n = poll(p, 2, wait_slice());
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2 && n > 0; ++i) {
+      if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      ssize_t got = read(p[i].fd, buf, sizeof buf);
+      if (got <= 0) {
+        (i == 0 ? out_open : err_open) = false;
+        continue;
+      }
+      if (i == 0) {
+        out.append(buf, static_cast<size_t>(got));
+      } else if (err.size() < kMaxExecStderr) {
+        err.append(buf, std::min(static_cast<size_t>(got), kMaxExecStderr - err.size()));
+      }
+    }
+    if (out.size() > kMaxExecStdout) {
+      too_big = true;
+      break;
+    }
+  }
+  // Both pipes closed: the plugin is exiting (or daemonised without them; the deadline holds).
+  int status = 0;
+  bool exited = false;
+  while (!timed_out && !too_big && !stopping.load()) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR)) {
+      exited = w == pid;
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      timed_out = true;
+      break;
+    }
+    poll(nullptr, 0, std::min(wait_slice(), 10));
+  }
+  if (!exited) {
+    kill(-pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
+  std::string said = err.empty() ? "" : " (stderr: " + err + ")";
+  if (stopping.load() && !exited) {
+    r.error = who + ": stopped (shutting down)";
+    return r;
+  }
+  if (timed_out) {
+    r.error = who + " did not finish within " + std::to_string(timeout.count()) +
+              "ms and was killed" + said;
+    return r;
+  }
+  if (too_big) {
+    r.error = who + ": more than " + std::to_string(kMaxExecStdout) + " bytes of output";
+    return r;
+  }
+  if (!WIFEXITED(status)) {
+    r.error = who + " killed by signal " + std::to_string(WTERMSIG(status)) + said;
+    return r;
+  }
+  if (WEXITSTATUS(status) != 0) {
+    r.error = who + " failed with exit code " + std::to_string(WEXITSTATUS(status)) + said;
+    return r;
+  }
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    r.error = "exec: decoding stdout of " + x.command + ": not a JSON object";
+    return r;
+  }
+  std::string api = json_string(j, "apiVersion");
+  if (api != x.api_version) {
+    r.error = "exec plugin is configured to use API version " + x.api_version +
+              ", plugin returned version " + (api.empty() ? "(none)" : api);
+    return r;
+  }
+  if (json_string(j, "kind") != "ExecCredential") {
+    r.error = "exec: decoding stdout of " + x.command + ": kind is not ExecCredential";
+    return r;
+  }
+  auto st = j.find("status");
+  if (st == j.end() || !st->is_object()) {
+    r.error = "exec plugin didn't return a status field";
+    return r;
+  }
+  r.token = json_string(*st, "token");
+  r.cert_pem = json_string(*st, "clientCertificateData");
+  r.key_pem = json_string(*st, "clientKeyData");
+  if (r.cert_pem.empty() != r.key_pem.empty()) {
+    r.error = "exec plugin returned only certificate or key, not both";
+    return r;
+  }
+  if (r.token.empty() && r.cert_pem.empty()) {
+    r.error = "exec plugin didn't return a token or cert/key pair";
+    return r;
+  }
+  r.expiry = parse_rfc3339(json_string(*st, "expirationTimestamp"));
+  return r;
 }
 
 }  // namespace
@@ -392,6 +629,12 @@ RestConfig load_rest_config(const KubeconfigOverrides& ov, const KubeconfigEnvir
         if (exec.command.find('/') != std::string::npos)
           exec.command = resolve(exec.command, e.file);
         exec.api_version = scalar(x, "apiVersion", xe);
+        if (exec.api_version != kExecV1 && exec.api_version != kExecV1beta1) {
+          throw KubeconfigError("kubeconfig " + dq(e.file) + ": " + xe.field +
+                                ".apiVersion: exec plugin: invalid apiVersion " +
+                                dq(exec.api_version) + " (want " + kExecV1 + " or " + kExecV1beta1 +
+                                ")");
+        }
         if (x["args"] && x["args"].IsSequence()) {
           for (const auto& a : x["args"]) exec.args.push_back(a.as<std::string>());
         }
@@ -448,17 +691,34 @@ RestConfig load_rest_config(const KubeconfigOverrides& ov, const KubeconfigEnvir
   return rc;
 }
 
-CredentialSource::CredentialSource(const RestConfig& config) : config_(config) {
+CredentialSource::CredentialSource(const RestConfig& config, std::chrono::milliseconds exec_timeout)
+    : config_(config), exec_timeout_(exec_timeout) {
   cached_ = config.token;
   if (!config.token_file.empty()) {
     cached_until_ = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   }
+  if (config.exec) cached_.clear();
 }
 
-CredentialSource::Credential CredentialSource::current() {
-  std::lock_guard lock(mu_);
-  auto now = std::chrono::steady_clock::now();
-  if (config_.exec && (cached_.empty() || now >= cached_until_)) return run_exec();
+CredentialSource::~CredentialSource() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<CredentialSource::Credential> CredentialSource::cached_locked(
+    std::chrono::steady_clock::time_point now) {
+  Credential c;
+  if (config_.exec) {
+    if (!have_exec_ || now >= cached_until_) return std::nullopt;
+    if (!cached_.empty()) c.authorization = "Bearer " + cached_;
+    c.client_cert_pem = exec_cert_;
+    c.client_key_pem = exec_key_;
+    return c;
+  }
   if (!config_.token_file.empty() && now >= cached_until_) {
     try {
       std::string t = read_file(config_.token_file);
@@ -469,73 +729,87 @@ CredentialSource::Credential CredentialSource::current() {
     }
     cached_until_ = now + std::chrono::minutes(1);
   }
-  if (!cached_.empty()) return {"Bearer " + cached_, ""};
-  if (!config_.username.empty() || !config_.password.empty()) {
-    return {"Basic " + encode_base64(config_.username + ":" + config_.password), ""};
+  if (!cached_.empty()) {
+    c.authorization = "Bearer " + cached_;
+  } else if (!config_.username.empty() || !config_.password.empty()) {
+    c.authorization = "Basic " + encode_base64(config_.username + ":" + config_.password);
   }
-  return {"", ""};
+  return c;
 }
 
-CredentialSource::Credential CredentialSource::run_exec() {
-  // Exception: blocking call under the lock. Plugins run rarely (on expiry) and every request
-  // waiting for the new credential would have to wait for it anyway.
-  const ExecConfig& x = *config_.exec;
-  int out_pipe[2];
-  if (pipe(out_pipe) != 0) return {"", std::string("exec plugin: pipe: ") + std::strerror(errno)};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
-  posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
-  // The plugin gets stdin, the pipe as stdout and stderr, nothing else: Asio opens sockets without
-  // O_CLOEXEC, so it would otherwise inherit the listener and every client and apiserver
-  // connection of the process (and hold them open for as long as it runs).
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-  std::vector<std::string> argv_s{x.command};
-  argv_s.insert(argv_s.end(), x.args.begin(), x.args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
-  for (const auto& [k, v] : x.env) env_s.push_back(k + "=" + v);
-  env_s.push_back(std::string("KUBERNETES_EXEC_INFO=") + kExecInfo);
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = posix_spawnp(&pid, x.command.c_str(), &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  close(out_pipe[1]);
-  if (rc != 0) {
-    close(out_pipe[0]);
-    return {"", "exec plugin " + x.command + ": " + std::strerror(rc)};
+std::optional<CredentialSource::Credential> CredentialSource::cached() {
+  std::lock_guard lock(mu_);
+  return cached_locked(std::chrono::steady_clock::now());
+}
+
+std::optional<CredentialSource::Credential> CredentialSource::last_exec() {
+  std::lock_guard lock(mu_);
+  if (!config_.exec || !have_exec_) return std::nullopt;
+  Credential c;
+  if (!cached_.empty()) c.authorization = "Bearer " + cached_;
+  c.client_cert_pem = exec_cert_;
+  c.client_key_pem = exec_key_;
+  return c;
+}
+
+void CredentialSource::fetch(Callback done) {
+  std::unique_lock lock(mu_);
+  if (auto c = cached_locked(std::chrono::steady_clock::now())) {
+    lock.unlock();
+    done(std::move(*c));
+    return;
   }
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(out_pipe[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(out_pipe[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return {"", "exec plugin " + x.command + ": exited with status " +
-                    std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1)};
+  waiters_.push_back(std::move(done));
+  if (!thread_.joinable()) thread_ = std::thread([this] { runner(); });
+  lock.unlock();
+  wake_.notify_one();
+}
+
+CredentialSource::Credential CredentialSource::current() {
+  std::promise<Credential> result;
+  auto future = result.get_future();
+  fetch([&result](Credential c) { result.set_value(std::move(c)); });
+  return future.get();
+}
+
+void CredentialSource::runner() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_.load() || !waiters_.empty(); });
+    // On shutdown, callers still waiting are dropped: their executors are going away.
+    if (stopping_.load()) return;
+    Credential c;
+    if (auto fresh = cached_locked(std::chrono::steady_clock::now())) {
+      c = std::move(*fresh);  // a run that just ended already answered them
+    } else {
+      lock.unlock();
+      ExecOutput out = run_exec_plugin(*config_.exec, exec_timeout_, stopping_);
+      lock.lock();
+      if (stopping_.load()) return;
+      if (out.error.empty()) {
+        auto now = std::chrono::steady_clock::now();
+        have_exec_ = true;
+        cached_ = std::move(out.token);
+        exec_cert_ = std::move(out.cert_pem);
+        exec_key_ = std::move(out.key_pem);
+        // No expiry: valid until the process ends (client-go re-runs on a 401; we do not).
+        cached_until_ = now + std::chrono::hours(24 * 365);
+        if (out.expiry)
+          cached_until_ = now + std::chrono::seconds(*out.expiry - std::time(nullptr));
+        if (!cached_.empty()) c.authorization = "Bearer " + cached_;
+        c.client_cert_pem = exec_cert_;
+        c.client_key_pem = exec_key_;
+      } else {
+        c.error = std::move(out.error);
+      }
+    }
+    // Everyone who asked before or during the run gets its result.
+    std::vector<Callback> waiters;
+    waiters.swap(waiters_);
+    lock.unlock();
+    for (auto& w : waiters) w(c);
+    lock.lock();
   }
-  auto j = nlohmann::json::parse(out, nullptr, false);
-  if (j.is_discarded() || !j.contains("status") || !j["status"].is_object()) {
-    return {"", "exec plugin " + x.command + ": output is not an ExecCredential"};
-  }
-  const auto& st = j["status"];
-  std::string token = st.value("token", "");
-  if (token.empty()) return {"", "exec plugin " + x.command + ": ExecCredential has no token"};
-  cached_ = token;
-  auto now = std::chrono::steady_clock::now();
-  cached_until_ = now + std::chrono::hours(24 * 365);
-  if (auto exp = parse_rfc3339(st.value("expirationTimestamp", ""))) {
-    auto left = std::chrono::seconds(*exp - std::time(nullptr));
-    cached_until_ = now + left;
-  }
-  return {"Bearer " + cached_, ""};
 }
 
 RestConfig load_daemon_rest_config(const std::string& kubeconfig) {

@@ -1,11 +1,18 @@
 #include "core/kube/kubeconfig.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -42,6 +49,40 @@ std::string error_of(const KubeconfigOverrides& o, const KubeconfigEnvironment& 
     return ex.what();
   }
   return "";
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A kubeconfig whose user runs ./plugin.sh (the script given) with `api_version`.
+RestConfig exec_config(const TempDir& d, const std::string& script,
+                       const std::string& api_version = "client.authentication.k8s.io/v1") {
+  std::string plugin = d.write("plugin.sh", "#!/bin/sh\n" + script);
+  fs::permissions(plugin, fs::perms::owner_all);
+  std::string cfg = d.write("config",
+                            "clusters: [{name: c, cluster: {server: \"https://h:1\"}}]\n"
+                            "users: [{name: u, user: {exec: {apiVersion: " +
+                                api_version +
+                                ", command: ./plugin.sh}}}]\n"
+                                "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                                "current-context: x\n");
+  KubeconfigOverrides o;
+  o.kubeconfig = cfg;
+  return load_rest_config(o, no_env());
+}
+
+// Shell lines printing an ExecCredential whose status is `status` (JSON, no single quotes).
+std::string print_credential(const std::string& status,
+                             const std::string& api_version = "client.authentication.k8s.io/v1") {
+  return "echo '{\"apiVersion\":\"" + api_version +
+         "\",\"kind\":\"ExecCredential\",\"status\":" + status + "}'\n";
+}
+
+size_t lines_in(const std::string& path) {
+  std::string all = slurp(path);
+  return static_cast<size_t>(std::count(all.begin(), all.end(), '\n'));
 }
 
 }  // namespace
@@ -258,4 +299,166 @@ TEST_CASE("base64 encodes with padding and round-trips through decode", "[kubeco
   std::string all;
   for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
   CHECK(decode_base64(encode_base64(all)) == all);
+}
+
+TEST_CASE("exec plugin: KUBERNETES_EXEC_INFO carries the configured apiVersion", "[kubeconfig]") {
+  TempDir d;
+  std::string info = (d.path / "info").string();
+  auto rc = exec_config(
+      d,
+      "printf '%s' \"$KUBERNETES_EXEC_INFO\" > " + info + "\n" +
+          print_credential("{\"token\":\"beta\"}", "client.authentication.k8s.io/v1beta1"),
+      "client.authentication.k8s.io/v1beta1");
+  CredentialSource creds(rc);
+  auto c = creds.current();
+  CHECK(c.error == "");
+  CHECK(c.authorization == "Bearer beta");
+  CHECK(slurp(info) ==
+        "{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\","
+        "\"spec\":{\"interactive\":false}}");
+}
+
+TEST_CASE("exec plugin: unknown apiVersion refused at load, mismatched output refused",
+          "[kubeconfig]") {
+  TempDir d;
+  CHECK_THROWS_WITH(exec_config(d, "true\n", "client.authentication.k8s.io/v1alpha1"),
+                    Catch::Contains("users[\"u\"].user.exec.apiVersion") &&
+                        Catch::Contains("invalid apiVersion"));
+  auto rc =
+      exec_config(d, print_credential("{\"token\":\"t\"}", "client.authentication.k8s.io/v1beta1"));
+  CredentialSource creds(rc);
+  CHECK_THAT(creds.current().error,
+             Catch::Contains("configured to use API version client.authentication.k8s.io/v1,") &&
+                 Catch::Contains("plugin returned version client.authentication.k8s.io/v1beta1"));
+}
+
+TEST_CASE("exec plugin that hangs is killed with its children after the timeout", "[kubeconfig]") {
+  TempDir d;
+  std::string pidfile = (d.path / "child.pid").string();
+  auto rc = exec_config(d, "sleep 30 &\necho $! > " + pidfile + "\nwait\n");
+  CredentialSource creds(rc, std::chrono::milliseconds(300));
+  auto start = std::chrono::steady_clock::now();
+  auto c = creds.current();
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(3));
+  CHECK_THAT(c.error, Catch::Contains("did not finish within 300ms and was killed"));
+  CHECK(c.authorization.empty());
+  // The grandchild (sleep) was in the plugin's process group: gone too.
+  pid_t child = std::stoi(slurp(pidfile));
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = ::kill(child, 0) != 0 && errno == ESRCH;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(gone);
+}
+
+TEST_CASE("exec plugin failure: exit code and stderr reported, not cached", "[kubeconfig]") {
+  TempDir d;
+  std::string count = (d.path / "count").string();
+  auto rc = exec_config(d, "echo x >> " + count + "\necho 'no credentials for you' >&2\nexit 3\n");
+  CredentialSource creds(rc);
+  auto c = creds.current();
+  CHECK_THAT(c.error, Catch::Contains("failed with exit code 3") &&
+                          Catch::Contains("no credentials for you") &&
+                          Catch::Contains("plugin.sh"));
+  CHECK_FALSE(creds.cached());
+  CHECK_FALSE(creds.current().error.empty());
+  CHECK(lines_in(count) == 2);
+}
+
+TEST_CASE("exec plugin: concurrent callers wait for one run", "[kubeconfig]") {
+  TempDir d;
+  std::string count = (d.path / "count").string();
+  auto rc = exec_config(
+      d, "echo x >> " + count + "\nsleep 0.5\n" + print_credential("{\"token\":\"shared\"}"));
+  CredentialSource creds(rc);
+  CHECK_FALSE(creds.cached());
+  std::atomic<int> answered{0};
+  std::atomic<int> good{0};
+  for (int i = 0; i < 8; ++i) {
+    creds.fetch([&](CredentialSource::Credential c) {
+      if (c.authorization == "Bearer shared") ++good;
+      ++answered;
+    });
+  }
+  for (int i = 0; i < 500 && answered.load() < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(answered.load() == 8);
+  CHECK(good.load() == 8);
+  CHECK(lines_in(count) == 1);
+  REQUIRE(creds.cached());
+  CHECK(creds.cached()->authorization == "Bearer shared");
+}
+
+TEST_CASE("exec plugin: client certificate output, and expiry causes a re-run", "[kubeconfig]") {
+  TempDir d;
+  std::string count = (d.path / "count").string();
+  SECTION("certificate and key") {
+    auto rc = exec_config(d, "echo x >> " + count + "\n" +
+                                 print_credential("{\"clientCertificateData\":\"CERT\","
+                                                  "\"clientKeyData\":\"KEY\"}"));
+    CredentialSource creds(rc);
+    auto c = creds.current();
+    CHECK(c.error == "");
+    CHECK(c.authorization == "");
+    CHECK(c.client_cert_pem == "CERT");
+    CHECK(c.client_key_pem == "KEY");
+    REQUIRE(creds.last_exec());
+    CHECK(creds.last_exec()->client_cert_pem == "CERT");
+  }
+  SECTION("only a certificate is an error") {
+    auto rc = exec_config(d, print_credential("{\"clientCertificateData\":\"CERT\"}"));
+    CredentialSource creds(rc);
+    CHECK_THAT(creds.current().error, Catch::Contains("only certificate or key"));
+  }
+  SECTION("expired at once: every call runs it") {
+    auto rc = exec_config(d, "echo x >> " + count + "\n" +
+                                 print_credential("{\"token\":\"old\",\"expirationTimestamp\":"
+                                                  "\"2001-01-01T00:00:00Z\"}"));
+    CredentialSource creds(rc);
+    CHECK(creds.current().authorization == "Bearer old");
+    CHECK(creds.current().authorization == "Bearer old");
+    CHECK(lines_in(count) == 2);
+  }
+  SECTION("expiring soon: cached until then") {
+    auto rc = exec_config(
+        d, "echo x >> " + count +
+               "\nexp=$(date -u -d \"@$(( $(date +%s) + 2 ))\" +%Y-%m-%dT%H:%M:%SZ)\n"
+               "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":"
+               "\"ExecCredential\",\"status\":{\"token\":\"soon\",\"expirationTimestamp\":\"'"
+               "$exp'\"}}'\n");
+    CredentialSource creds(rc);
+    CHECK(creds.current().authorization == "Bearer soon");
+    CHECK(creds.current().authorization == "Bearer soon");
+    CHECK(lines_in(count) == 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    CHECK_FALSE(creds.cached());
+    CHECK(creds.current().authorization == "Bearer soon");
+    CHECK(lines_in(count) == 2);
+  }
+}
+
+TEST_CASE("exec plugin: the kubeconfig's env wins over the process's", "[kubeconfig]") {
+  TempDir d;
+  ::setenv("KONN_EXEC_TEST_VAR", "from-process", 1);
+  std::string seen = (d.path / "seen").string();
+  std::string plugin =
+      d.write("plugin.sh", "#!/bin/sh\nprintf '%s' \"$KONN_EXEC_TEST_VAR\" > " + seen + "\n" +
+                               print_credential("{\"token\":\"t\"}"));
+  fs::permissions(plugin, fs::perms::owner_all);
+  std::string cfg = d.write("config", R"(
+clusters: [{name: c, cluster: {server: "https://h:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: ./plugin.sh,
+  env: [{name: KONN_EXEC_TEST_VAR, value: from-kubeconfig}]}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+)");
+  KubeconfigOverrides o;
+  o.kubeconfig = cfg;
+  auto rc = load_rest_config(o, no_env());
+  CredentialSource creds(rc);
+  CHECK(creds.current().authorization == "Bearer t");
+  ::unsetenv("KONN_EXEC_TEST_VAR");
+  CHECK(slurp(seen) == "from-kubeconfig");
 }

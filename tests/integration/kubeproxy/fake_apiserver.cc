@@ -7,6 +7,8 @@
 //   POST /echo                                the request body back (Content-Length)
 //   GET  /headers                             the request headers as JSON
 //   GET  /stats                               connections accepted so far
+//   GET  /whoami                              {"cn": CN of the verified client certificate of
+//                                             this connection, "" without one}
 //   any  path with "Upgrade: konn-echo"       101, then echoes bytes; on EOF writes "BYE\n" and
 //                                             closes (exercises half-close)
 // Usage: kubeproxy-fake-apiserver --cert c --key k [--client-ca ca] [--token t] [--basic u:p]
@@ -20,10 +22,10 @@
 #include <asio/ssl.hpp>
 #include <nlohmann/json.hpp>
 
-#include "core/kube/kubeconfig.h"
 #include "core/http/http1_parser.h"
 #include "core/http/http1_writer.h"
 #include "core/io/asio_compat.h"
+#include "core/kube/kubeconfig.h"
 #include "core/tls/tls_context.h"
 #include "kubeproxy-http/byte_stream.h"
 
@@ -52,21 +54,25 @@ Awaitable<bool> send(ByteStream& s, const std::string& text) {
 
 Awaitable<bool> send_json(ByteStream& s, int status, const nlohmann::json& j) {
   std::string body = j.dump();
-  Headers h{{"Content-Type", "application/json"}, {"Content-Length", std::to_string(body.size())},
+  Headers h{{"Content-Type", "application/json"},
+            {"Content-Length", std::to_string(body.size())},
             {"Access-Control-Allow-Origin", "*"}};
   co_return co_await send(s, konn::core::http::write_response_head(status, "", h) + body);
 }
 
 nlohmann::json status_json(int code, const std::string& reason, const std::string& msg) {
-  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
-          {"status", "Failure"}, {"message", msg}, {"reason", reason}, {"code", code}};
+  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", nlohmann::json::object()},
+          {"status", "Failure"}, {"message", msg},     {"reason", reason},
+          {"code", code}};
 }
 
 nlohmann::json pod(int i) {
   return {{"kind", "Pod"},
           {"apiVersion", "v1"},
-          {"metadata", {{"name", "pod-" + std::to_string(i)}, {"namespace", "default"},
-                        {"resourceVersion", std::to_string(100 + i)}}}};
+          {"metadata",
+           {{"name", "pod-" + std::to_string(i)},
+            {"namespace", "default"},
+            {"resourceVersion", std::to_string(100 + i)}}}};
 }
 
 Headers chunked_json_headers() {
@@ -77,8 +83,9 @@ Headers octet_headers(uint64_t n) {
 }
 
 // Serves one connection (plain or TLS). `client_cert_ok` is true when the TLS peer presented a
-// certificate our client CA verified.
-Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok) {
+// certificate our client CA verified; `client_cn` is its subject CN.
+Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok,
+                      std::string client_cn = {}) {
   std::vector<char> buf(64 * 1024);
   std::string pending;
   Http1Parser p(Http1Parser::Kind::Request);
@@ -103,7 +110,8 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok) {
     }
     const auto& h = p.head();
     std::string path = h.target.substr(0, h.target.find('?'));
-    std::string query = h.target.find('?') == std::string::npos ? "" : h.target.substr(h.target.find('?') + 1);
+    std::string query =
+        h.target.find('?') == std::string::npos ? "" : h.target.substr(h.target.find('?') + 1);
 
     // Authentication: any configured method that matches; none configured = anonymous OK.
     bool need_auth = !cfg.token.empty() || !cfg.basic.empty() || !cfg.client_ca.empty();
@@ -119,9 +127,12 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok) {
       continue;
     }
 
-    if (h.find("Upgrade") != nullptr && konn::core::http::iequals(*h.find("Upgrade"), "konn-echo")) {
-      if (!co_await send(s, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
-                            "Upgrade: konn-echo\r\n\r\n" + pending)) {
+    if (h.find("Upgrade") != nullptr &&
+        konn::core::http::iequals(*h.find("Upgrade"), "konn-echo")) {
+      if (!co_await send(s,
+                         "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                         "Upgrade: konn-echo\r\n\r\n" +
+                             pending)) {
         co_return;
       }
       for (;;) {
@@ -136,18 +147,19 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok) {
 
     bool ok = true;
     if (path == "/api" || path == "/api/") {
-      nlohmann::json j = {
-          {"kind", "APIVersions"},
-          {"versions", {"v1"}},
-          {"serverAddressByClientCIDRs",
-           {{{"clientCIDR", "0.0.0.0/0"},
-             {"serverAddress", "127.0.0.1:" + std::to_string(cfg.bound_port)}}}}};
+      nlohmann::json j = {{"kind", "APIVersions"},
+                          {"versions", {"v1"}},
+                          {"serverAddressByClientCIDRs",
+                           {{{"clientCIDR", "0.0.0.0/0"},
+                             {"serverAddress", "127.0.0.1:" + std::to_string(cfg.bound_port)}}}}};
       ok = co_await send_json(s, 200, j);
     } else if (path == "/apis") {
-      nlohmann::json j = {{"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", nlohmann::json::array()}};
+      nlohmann::json j = {
+          {"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", nlohmann::json::array()}};
       ok = co_await send_json(s, 200, j);
     } else if (path == "/api/v1/namespaces/default/pods" &&
-               (query.find("watch=1") != std::string::npos || query.find("watch=true") != std::string::npos)) {
+               (query.find("watch=1") != std::string::npos ||
+                query.find("watch=true") != std::string::npos)) {
       Headers hs = chunked_json_headers();
       ok = co_await send(s, konn::core::http::write_response_head(200, "", hs));
       asio::steady_timer t(s.get_executor());
@@ -162,7 +174,8 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok) {
       }
       if (ok) ok = co_await send(s, std::string(konn::core::http::kLastChunk));
     } else if (path == "/api/v1/namespaces/default/pods") {
-      nlohmann::json j = {{"kind", "PodList"}, {"apiVersion", "v1"},
+      nlohmann::json j = {{"kind", "PodList"},
+                          {"apiVersion", "v1"},
                           {"metadata", {{"resourceVersion", "100"}}},
                           {"items", {pod(0), pod(1)}}};
       ok = co_await send_json(s, 200, j);
@@ -186,11 +199,16 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok) {
       nlohmann::json j = nlohmann::json::object();
       for (const auto& [k, v] : h.headers) j[k].push_back(v);
       ok = co_await send_json(s, 200, j);
+    } else if (path == "/whoami") {
+      nlohmann::json j = nlohmann::json::object();
+      j["cn"] = client_cn;
+      ok = co_await send_json(s, 200, j);
     } else if (path == "/stats") {
       nlohmann::json j = {{"connections", g_connections.load()}};
       ok = co_await send_json(s, 200, j);
     } else {
-      ok = co_await send_json(s, 404, status_json(404, "NotFound", "the server could not find the requested resource"));
+      ok = co_await send_json(
+          s, 404, status_json(404, "NotFound", "the server could not find the requested resource"));
     }
     if (!ok || !h.keep_alive) co_return;
   }
@@ -204,7 +222,8 @@ Awaitable<void> accept_loop(asio::ip::tcp::acceptor& acceptor, const Config& cfg
     g_connections.fetch_add(1);
     sock.set_option(asio::ip::tcp::no_delay(true));
     if (!tls) {
-      asio::co_spawn(acceptor.get_executor(), serve(ByteStream(std::move(sock)), cfg, false), asio::detached);
+      asio::co_spawn(acceptor.get_executor(), serve(ByteStream(std::move(sock)), cfg, false),
+                     asio::detached);
       continue;
     }
     asio::co_spawn(
@@ -213,12 +232,20 @@ Awaitable<void> accept_loop(asio::ip::tcp::acceptor& acceptor, const Config& cfg
            const Config& c) -> Awaitable<void> {
           auto st = std::make_unique<ByteStream::Tls>(std::move(sk), *ctx);
           auto [hec] = co_await st->async_handshake(asio::ssl::stream_base::server,
-                                                     konn::core::io::use_nothrow);
+                                                    konn::core::io::use_nothrow);
           if (hec) co_return;
           X509* peer = SSL_get1_peer_certificate(st->native_handle());
           bool cert_ok = peer != nullptr && SSL_get_verify_result(st->native_handle()) == X509_V_OK;
+          std::string cn;
+          if (cert_ok) {
+            char buf[256] = {};
+            if (X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, buf,
+                                          sizeof buf) > 0) {
+              cn = buf;
+            }
+          }
           if (peer) X509_free(peer);
-          co_await serve(ByteStream(std::move(st)), c, cert_ok);
+          co_await serve(ByteStream(std::move(st)), c, cert_ok, std::move(cn));
         }(std::move(sock), tls, cfg),
         asio::detached);
   }
@@ -231,15 +258,24 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--cert") cfg.cert = next();
-    else if (a == "--key") cfg.key = next();
-    else if (a == "--client-ca") cfg.client_ca = next();
-    else if (a == "--token") cfg.token = next();
-    else if (a == "--basic") cfg.basic = next();
-    else if (a == "--port") cfg.port = std::atoi(next().c_str());
-    else if (a == "--plain") cfg.plain = true;
-    else if (a == "--watch-events") cfg.watch_events = std::atoi(next().c_str());
-    else if (a == "--watch-interval-ms") cfg.watch_interval_ms = std::atoi(next().c_str());
+    if (a == "--cert")
+      cfg.cert = next();
+    else if (a == "--key")
+      cfg.key = next();
+    else if (a == "--client-ca")
+      cfg.client_ca = next();
+    else if (a == "--token")
+      cfg.token = next();
+    else if (a == "--basic")
+      cfg.basic = next();
+    else if (a == "--port")
+      cfg.port = std::atoi(next().c_str());
+    else if (a == "--plain")
+      cfg.plain = true;
+    else if (a == "--watch-events")
+      cfg.watch_events = std::atoi(next().c_str());
+    else if (a == "--watch-interval-ms")
+      cfg.watch_interval_ms = std::atoi(next().c_str());
     else {
       std::cerr << "unknown argument " << a << "\n";
       return 2;
@@ -259,7 +295,8 @@ int main(int argc, char** argv) {
     }
   }
   asio::io_context ctx;
-  asio::ip::tcp::acceptor acceptor(ctx, {asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(cfg.port)});
+  asio::ip::tcp::acceptor acceptor(
+      ctx, {asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(cfg.port)});
   cfg.bound_port = acceptor.local_endpoint().port();
   std::cout << "listening on 127.0.0.1:" << cfg.bound_port << std::endl;
   asio::co_spawn(ctx, accept_loop(acceptor, cfg, tls), asio::detached);

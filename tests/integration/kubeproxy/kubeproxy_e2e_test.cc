@@ -1,6 +1,7 @@
 // End-to-end tests of kubeproxy-http: the built binary in front of the TLS fake apiserver
 // (fake_apiserver.cc), driven by real curl and kubectl and by raw sockets for bad input.
 // Everything binds port 0 on loopback, lives in a temp dir and waits on events with deadlines.
+#include <algorithm>
 #include <arpa/inet.h>
 #include <chrono>
 #include <cstdlib>
@@ -705,4 +706,293 @@ TEST_CASE("hardened listener: TLS and a required caller token", "[kubeproxy][e2e
   // The caller's token is replaced by the kubeconfig's.
   CHECK_THAT(r.out, Catch::Contains("\"Authorization\":[\"Bearer s3cret\"]"));
   CHECK(kp->wait_err("\"GET /headers\" 200"));
+}
+
+namespace {
+
+// A client certificate for `cn` signed by the fixture's CA (gen_certs.sh made only alice's).
+void make_client_cert(const fs::path& dir, const std::string& cn) {
+  auto r = run({"sh", "-c",
+                "cd " + dir.string() + " && openssl req -newkey rsa:2048 -nodes -keyout " + cn +
+                    ".key -out " + cn + ".csr -subj /CN=" + cn +
+                    " && printf 'extendedKeyUsage=clientAuth\\n' > " + cn +
+                    ".ext && openssl x509 -req -in " + cn + ".csr -CA ca.crt -CAkey ca.key " +
+                    "-CAcreateserial -out " + cn + ".crt -days 2 -extfile " + cn + ".ext"},
+               dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+}
+
+// `text` as a JSON string literal (PEM has newlines).
+std::string json_quote(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' || c == '\\') {
+      out += std::string("\\") + c;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Writes an executable exec plugin `name` (a shell script body) into the fixture's directory and
+// returns the kubeconfig user entry that runs it.
+std::string exec_user(const fs::path& dir, const std::string& name, const std::string& script,
+                      const std::string& api_version = "client.authentication.k8s.io/v1") {
+  std::ofstream(dir / name) << "#!/bin/sh\ncd " << dir.string() << "\n" << script;
+  fs::permissions(dir / name, fs::perms::owner_all);
+  return "    exec:\n      apiVersion: " + api_version + "\n      command: ./" + name + "\n";
+}
+
+size_t count_lines(const fs::path& p) {
+  std::string s = slurp(p);
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+}  // namespace
+
+TEST_CASE("https proxy-url: TLS to the proxy, TLS to the apiserver inside it", "[kubeproxy][e2e]") {
+  Fixture f;
+  // kubeproxy-http's CONNECT mode with a TLS listener is the https proxy.
+  uint16_t cport = 0;
+  auto cp = f.start_proxy(
+      {"--mode=connect", "--access-log", "--tls-cert-file=" + (f.dir.path / "server.crt").string(),
+       "--tls-private-key-file=" + (f.dir.path / "server.key").string()},
+      "connect", &cport);
+  auto cfg = f.write_kubeconfig(
+      "via-https-proxy", "https://127.0.0.1:" + std::to_string(f.api_port), "    token: s3cret\n",
+      "    proxy-url: https://127.0.0.1:" + std::to_string(cport) + "\n");
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + cfg, "--workers=1"}, "kp", &port);
+  auto r = run({"curl", "-sS", "-f", f.url(port, "/api/")}, f.dir.path);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("APIVersions"));
+  // A large body through both TLS layers, on the pooled connection.
+  r = run({"curl", "-sS", "-f", "-o", (f.dir.path / "big").string(),
+           f.url(port, "/download?bytes=5000000")},
+          f.dir.path);
+  CHECK(r.code == 0);
+  CHECK(fs::file_size(f.dir.path / "big") == 5000000);
+  r = run({"curl", "-sS", f.url(port, "/stats")}, f.dir.path);
+  CHECK(r.out == "{\"connections\":1}");
+  // An upgrade with half-close through the double TLS.
+  RawClient c(port);
+  c.send(
+      "GET /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\nHost: localhost\r\n"
+      "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\n");
+  CHECK_THAT(c.read_until_contains("\r\n\r\n"), Catch::StartsWith("HTTP/1.1 101"));
+  c.clear();
+  c.send("ping");
+  CHECK(c.read_until_contains("ping") == "ping");
+  c.shutdown_write();
+  CHECK(c.read_to_eof() == "pingBYE\n");
+  CHECK(cp->wait_err("CONNECT 127.0.0.1:" + std::to_string(f.api_port)));
+
+  // The proxy's certificate is checked with the kubeconfig's CA: one it did not sign fails.
+  auto gen = run({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                  (f.dir.path / "other.key").string(), "-out", (f.dir.path / "other.crt").string(),
+                  "-days", "1", "-subj", "/CN=other", "-addext", "subjectAltName=IP:127.0.0.1"},
+                 f.dir.path);
+  REQUIRE(gen.code == 0);
+  uint16_t cport2 = 0;
+  auto cp2 =
+      f.start_proxy({"--mode=connect", "--tls-cert-file=" + (f.dir.path / "other.crt").string(),
+                     "--tls-private-key-file=" + (f.dir.path / "other.key").string()},
+                    "connect2", &cport2);
+  auto bad = f.write_kubeconfig(
+      "untrusted-proxy", "https://127.0.0.1:" + std::to_string(f.api_port), "    token: s3cret\n",
+      "    proxy-url: https://127.0.0.1:" + std::to_string(cport2) + "\n");
+  uint16_t port2 = 0;
+  auto kp2 = f.start_proxy({"--kubeconfig=" + bad}, "kp2", &port2);
+  r = run({"curl", "-sS", "-i", f.url(port2, "/api/")}, f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 502") && Catch::Contains("proxyconnect tcp") &&
+                        Catch::Contains("x509"));
+}
+
+TEST_CASE("socks5 proxy-url, without and with username and password", "[kubeproxy][e2e]") {
+  Fixture f;
+  auto hash = run({"openssl", "passwd", "-6", "pw"}, f.dir.path);
+  REQUIRE(hash.code == 0);
+  std::ofstream(f.dir.path / "socks-users") << "kp:" << hash.out;
+  auto start_socks = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> argv{bin("socks5"), "--bind-address=127.0.0.1", "--port=0",
+                                  "--health-port=-1", "--workers=1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto c = std::make_unique<Child>(argv, f.dir.path, name);
+    REQUIRE(c->wait_err("listening on 127.0.0.1:"));
+    std::string err = c->err();
+    auto at = err.find("listening on 127.0.0.1:") + std::string("listening on 127.0.0.1:").size();
+    return std::make_pair(std::move(c), static_cast<uint16_t>(std::stoi(err.substr(at))));
+  };
+  auto [open_socks, open_port] = start_socks("socks-open", {});
+  auto [auth_socks, auth_port] =
+      start_socks("socks-auth", {"--users-file=" + (f.dir.path / "socks-users").string()});
+  std::string api = "https://127.0.0.1:" + std::to_string(f.api_port);
+  struct Case {
+    std::string proxy_url;
+    bool ok;
+    std::string error;
+  };
+  std::vector<Case> cases{
+      {"socks5://127.0.0.1:" + std::to_string(open_port), true, ""},
+      {"socks5://kp:pw@127.0.0.1:" + std::to_string(auth_port), true, ""},
+      {"socks5://kp:wrong@127.0.0.1:" + std::to_string(auth_port), false,
+       "username/password authentication failed"},
+      {"socks5://127.0.0.1:" + std::to_string(auth_port), false, "bad greeting reply"},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    INFO(c.proxy_url);
+    std::string name = "socks" + std::to_string(++n);
+    auto cfg = f.write_kubeconfig(name, api, "    token: s3cret\n",
+                                  "    proxy-url: " + c.proxy_url + "\n");
+    uint16_t port = 0;
+    auto kp = f.start_proxy({"--kubeconfig=" + cfg}, "kp-" + name, &port);
+    auto r = run({"curl", "-sS", "-i", f.url(port, "/api/")}, f.dir.path);
+    if (c.ok) {
+      CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK") && Catch::Contains("APIVersions"));
+      // An upgrade through the SOCKS tunnel as well.
+      RawClient rc(port);
+      rc.send(
+          "GET /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\nHost: localhost\r\n"
+          "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\nhi");
+      CHECK_THAT(rc.read_until_contains("hi"), Catch::StartsWith("HTTP/1.1 101"));
+    } else {
+      CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 502") && Catch::Contains(c.error));
+    }
+  }
+  CHECK(auth_socks->wait_err("user=kp"));
+}
+
+TEST_CASE("exec plugin that hangs: 502 after the timeout, one run, others not stalled",
+          "[kubeproxy][e2e]") {
+  Fixture f;
+  auto cfg =
+      f.write_kubeconfig("hang", "https://127.0.0.1:" + std::to_string(f.api_port),
+                         exec_user(f.dir.path, "hang.sh", "echo run >> hang-count\nsleep 30\n"));
+  uint16_t port = 0;
+  // One I/O thread: a plugin run on it would stall every other request.
+  auto kp = f.start_proxy({"--kubeconfig=" + cfg, "--workers=1", "--exec-plugin-timeout=2s"}, "kp",
+                          &port);
+  auto start = Clock::now();
+  Child a({"curl", "-sS", "-i", f.url(port, "/api/")}, f.dir.path, "curl-a");
+  Child b({"curl", "-sS", "-i", f.url(port, "/apis")}, f.dir.path, "curl-b");
+  std::this_thread::sleep_for(300ms);
+  // Meanwhile: a request with its own credentials goes through, a filtered one is answered.
+  auto t0 = Clock::now();
+  auto r = run({"curl", "-sS", "-i", "-H", "Authorization: Bearer s3cret", f.url(port, "/api/")},
+               f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK"));
+  r = run({"curl", "-sS", "-i", f.url(port, "/api/v1/namespaces/default/pods/p/exec")}, f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 403"));
+  CHECK(Clock::now() - t0 < 1500ms);
+  REQUIRE(a.wait_exit(10s));
+  REQUIRE(b.wait_exit(10s));
+  CHECK(Clock::now() - start >= 1900ms);
+  for (Child* c : {&a, &b}) {
+    CHECK_THAT(c->out(), Catch::StartsWith("HTTP/1.1 502 Bad Gateway") &&
+                             Catch::Contains("getting credentials: exec: executable") &&
+                             Catch::Contains("hang.sh did not finish within 2000ms"));
+  }
+  CHECK(count_lines(f.dir.path / "hang-count") == 1);  // both waited for the same run
+  CHECK(kp->wait_err("getting credentials"));
+}
+
+TEST_CASE("exec plugin failure: 502 naming the plugin and its stderr, run again next time",
+          "[kubeproxy][e2e]") {
+  Fixture f;
+  auto cfg = f.write_kubeconfig(
+      "fail", "https://127.0.0.1:" + std::to_string(f.api_port),
+      exec_user(f.dir.path, "fail.sh",
+                "echo run >> fail-count\necho 'error: no credentials for you' >&2\nexit 1\n"));
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + cfg}, "kp", &port);
+  for (int i = 0; i < 2; ++i) {
+    auto r = run({"curl", "-sS", "-i", f.url(port, "/headers")}, f.dir.path);
+    CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 502 Bad Gateway") &&
+                          Catch::Contains("fail.sh failed with exit code 1") &&
+                          Catch::Contains("no credentials for you"));
+    // Never forwarded without the credential.
+    CHECK_THAT(r.out, !Catch::Contains("\"Host\""));
+  }
+  CHECK(count_lines(f.dir.path / "fail-count") == 2);
+  CHECK(kp->wait_err("fail.sh failed with exit code 1"));
+}
+
+TEST_CASE("exec plugin client certificate is used, a new one is not served by old connections",
+          "[kubeproxy][e2e]") {
+  Fixture f;
+  make_client_cert(f.dir.path, "bob");
+  // Run 1 answers alice's certificate, run 2 bob's, each expiring two seconds later (v1beta1).
+  for (const std::string who : {"client", "bob"}) {
+    std::ofstream(f.dir.path / (who + ".json"))
+        << "{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\",\"kind\":\"ExecCredential\","
+           "\"status\":{\"clientCertificateData\":"
+        << json_quote(slurp(f.dir.path / (who + ".crt")))
+        << ",\"clientKeyData\":" << json_quote(slurp(f.dir.path / (who + ".key")))
+        << ",\"expirationTimestamp\":\"EXP\"}}\n";
+  }
+  auto cfg = f.write_kubeconfig(
+      "certs", "https://127.0.0.1:" + std::to_string(f.api_port),
+      exec_user(f.dir.path, "cert.sh",
+                "printf '%s\\n' \"$KUBERNETES_EXEC_INFO\" >> cert-runs\n"
+                "exp=$(date -u -d \"@$(( $(date +%s) + 2 ))\" +%Y-%m-%dT%H:%M:%SZ)\n"
+                "if [ $(wc -l < cert-runs) -eq 1 ]; then who=client; else who=bob; fi\n"
+                "sed \"s/EXP/$exp/\" $who.json\n",
+                "client.authentication.k8s.io/v1beta1"));
+  uint16_t port = 0;
+  auto kp = f.start_proxy({"--kubeconfig=" + cfg, "--workers=1"}, "kp", &port);
+  auto r = run({"curl", "-sS", "-f", f.url(port, "/whoami")}, f.dir.path);
+  CHECK(r.out == "{\"cn\":\"alice\"}");
+  r = run({"curl", "-sS", "-f", f.url(port, "/whoami")}, f.dir.path);
+  CHECK(r.out == "{\"cn\":\"alice\"}");  // cached, same pooled connection
+  CHECK(count_lines(f.dir.path / "cert-runs") == 1);
+  std::this_thread::sleep_for(2500ms);
+  r = run({"curl", "-sS", "-f", f.url(port, "/whoami")}, f.dir.path);
+  CHECK(r.out == "{\"cn\":\"bob\"}");  // re-run after expiry; alice's pooled connection unused
+  CHECK(count_lines(f.dir.path / "cert-runs") == 2);
+  CHECK_THAT(slurp(f.dir.path / "cert-runs"),
+             Catch::Contains("\"apiVersion\":\"client.authentication.k8s.io/v1beta1\""));
+  r = run({"curl", "-sS", f.url(port, "/stats")}, f.dir.path);
+  CHECK(r.out == "{\"connections\":2}");
+}
+
+TEST_CASE("exec plugin token expiry: past expiry re-runs every time, future is cached",
+          "[kubeproxy][e2e]") {
+  Fixture f;
+  auto past = f.write_kubeconfig(
+      "past", "https://127.0.0.1:" + std::to_string(f.api_port),
+      exec_user(f.dir.path, "past.sh",
+                "echo run >> past-count\n"
+                "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":"
+                "\"ExecCredential\",\"status\":{\"token\":\"s3cret\",\"expirationTimestamp\":"
+                "\"2001-01-01T00:00:00Z\"}}'\n"));
+  auto soon = f.write_kubeconfig(
+      "soon", "https://127.0.0.1:" + std::to_string(f.api_port),
+      exec_user(f.dir.path, "soon.sh",
+                "echo run >> soon-count\n"
+                "exp=$(date -u -d \"@$(( $(date +%s) + 2 ))\" +%Y-%m-%dT%H:%M:%SZ)\n"
+                "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":"
+                "\"ExecCredential\",\"status\":{\"token\":\"s3cret\",\"expirationTimestamp\":\"'"
+                "$exp'\"}}'\n"));
+  uint16_t p1 = 0;
+  uint16_t p2 = 0;
+  auto kp1 = f.start_proxy({"--kubeconfig=" + past}, "kp1", &p1);
+  auto kp2 = f.start_proxy({"--kubeconfig=" + soon}, "kp2", &p2);
+  for (int i = 0; i < 3; ++i) {
+    auto r = run({"curl", "-sS", "-i", f.url(p1, "/headers")}, f.dir.path);
+    CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200") &&
+                          Catch::Contains("\"Authorization\":[\"Bearer s3cret\"]"));
+    r = run({"curl", "-sS", "-i", f.url(p2, "/headers")}, f.dir.path);
+    CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200"));
+  }
+  CHECK(count_lines(f.dir.path / "past-count") == 3);
+  CHECK(count_lines(f.dir.path / "soon-count") == 1);
+  std::this_thread::sleep_for(2500ms);
+  auto r = run({"curl", "-sS", "-i", f.url(p2, "/headers")}, f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200"));
+  CHECK(count_lines(f.dir.path / "soon-count") == 2);
 }
