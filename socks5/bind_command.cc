@@ -59,7 +59,11 @@ core::io::Awaitable<void> handle_bind(tcp::socket& client, const codec::Request&
     co_await send_reply(client, info, ReplyCode::TtlExpired);
     co_return;
   }
-  auto [aec, peer] = std::get<0>(std::move(accepted));
+  // Named references rather than a structured binding: a lambda below captures `peer`, which
+  // clang before 16 cannot do with a binding (the fuzz preset builds with clang-14).
+  auto accept_result = std::get<0>(std::move(accepted));
+  std::error_code& aec = std::get<0>(accept_result);
+  asio::ip::tcp::socket& peer = std::get<1>(accept_result);
   if (aec) {
     info.reason = "bind accept: " + aec.message();
     co_await send_reply(client, info, ReplyCode::GeneralFailure);
