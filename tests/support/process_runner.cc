@@ -143,6 +143,9 @@ Process::Process(ProcessOptions options) {
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the parent died before prctl took effect
+    // A process group of its own, so that what it starts (a shell pipeline's other commands, an
+    // exec plugin) is ended with it: see ~Process.
+    setpgid(0, 0);
     dup2(in_fd, 0);
     dup2(out_fd >= 0 ? out_fd : log_fd, 1);
     dup2(log_fd, 2);
@@ -162,6 +165,7 @@ Process::Process(ProcessOptions options) {
     _exit(127);
   }
   pid_ = pid;
+  setpgid(pid, pid);  // also here, so the group exists before the parent can signal it
   close(log_fd);
   if (out_fd >= 0) close(out_fd);
   close(in_fd);
@@ -172,6 +176,9 @@ Process::~Process() {
     ::kill(pid_, SIGKILL);
     reap(true);
   }
+  // Whatever the child started and left behind (`sh -c "sleep 60 | openssl s_server ..."`
+  // outlived its shell and every test run): PR_SET_PDEATHSIG covers the direct child only.
+  if (pid_ > 0) ::kill(-pid_, SIGKILL);
   if (owns_log_) unlink(log_path_.c_str());
 }
 

@@ -1,5 +1,6 @@
 #include "tests/support/process_runner.h"
 
+#include <fstream>
 #include <signal.h>
 #include <unistd.h>
 
@@ -100,4 +101,28 @@ TEST_CASE("process: missing binary throws", "[support]") {
   ProcessOptions o;
   o.binary = "/nonexistent/konn-binary";
   CHECK_THROWS(Process(o));
+}
+
+TEST_CASE("process: what the child started ends with it (a shell pipeline's commands)",
+          "[support]") {
+  TempDir dir;
+  std::string pid_file = dir.file("grandchild.pid");
+  pid_t grandchild = 0;
+  {
+    Process p(shell("sleep 60 & echo $! > " + pid_file + "; sleep 60"));
+    REQUIRE(eventually(
+        [&] {
+          std::ifstream in(pid_file);
+          return static_cast<bool>(in >> grandchild) && grandchild > 0;
+        },
+        std::chrono::seconds(10)));
+    REQUIRE(::kill(grandchild, 0) == 0);
+  }
+  // Killed: gone, or a zombie until whoever adopted it reaps it.
+  auto ended = [&] {
+    std::ifstream stat("/proc/" + std::to_string(grandchild) + "/stat");
+    std::string pid, comm, state;
+    return !(stat >> pid >> comm >> state) || state == "Z";
+  };
+  CHECK(eventually(ended, std::chrono::seconds(5)));
 }
