@@ -47,6 +47,23 @@ class FuzzInput {
   size_t pos_ = 0;
 };
 
+// The one `T` of a fuzz process (a daemon started once for every input), made on first use and
+// destroyed at exit before static destructors run: atexit handlers run in reverse order of
+// registration, after spdlog's registry and gRPC's globals exist, so the daemon's threads end
+// before what they log to and call into.
+template <typename T>
+T& process_fixture() {
+  static T* instance = nullptr;
+  if (instance == nullptr) {
+    instance = new T();
+    std::atexit([] {
+      delete instance;
+      instance = nullptr;
+    });
+  }
+  return *instance;
+}
+
 // A fuzz target's own check: a broken invariant is a finding, reported and aborted on in every
 // build (assert() would vanish under NDEBUG).
 #define KONN_FUZZ_CHECK(cond)                                                                \

@@ -79,21 +79,7 @@ struct Fixture {
   }
 };
 
-Fixture* g_fixture = nullptr;
-
-// Made on first use; destroyed at exit before static destructors run (atexit handlers run in
-// reverse order of registration, after spdlog's registry and gRPC's globals exist): the server's
-// threads must not outlive what they log to.
-Fixture& fixture() {
-  if (g_fixture == nullptr) {
-    g_fixture = new Fixture();
-    std::atexit([] {
-      delete g_fixture;
-      g_fixture = nullptr;
-    });
-  }
-  return *g_fixture;
-}
+Fixture& fixture() { return konn::fuzz::process_fixture<Fixture>(); }
 
 // The agent's stream: what the server sent is drained by a reader, which remembers the dial ids
 // of the DIAL_REQs so the input can answer real pending dials as well as made-up ones.
