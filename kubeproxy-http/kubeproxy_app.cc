@@ -60,6 +60,18 @@ struct KubeproxyApp::Impl {
     }
   }
 
+  // Completion of a session coroutine: an exception there is a bug; log it rather than lose it.
+  auto log_failure() {
+    return [l = log](const std::exception_ptr& e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        l->error("session ended by an exception: {}", ex.what());
+      }
+    };
+  }
+
   // Runs one accepted connection on its own io_context.
   template <typename Socket>
   void start_session(Socket sock, std::string peer) {
@@ -72,18 +84,6 @@ struct KubeproxyApp::Impl {
       return;
     }
     asio::co_spawn(ex, session(ByteStream(std::move(sock)), std::move(peer)), log_failure());
-  }
-
-  // Completion of a session coroutine: an exception there is a bug; log it rather than lose it.
-  auto log_failure() {
-    return [l = log](const std::exception_ptr& e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        l->error("session ended by an exception: {}", ex.what());
-      }
-    };
   }
 
   core::io::Awaitable<void> tls_session(asio::ip::tcp::socket sock, std::string peer) {
