@@ -1,5 +1,6 @@
 // End-to-end tests of kubeproxy-http: the built binary in front of the TLS fake apiserver
-// (tests/support/kubeproxy_apiserver.cc), driven by real curl and kubectl and by raw sockets for bad input.
+// (tests/support/kubeproxy_apiserver.cc), driven by real curl and kubectl and by raw sockets for
+// bad input.
 // Everything binds port 0 on loopback, lives in a temp dir and waits on events with deadlines.
 #include <algorithm>
 #include <arpa/inet.h>
