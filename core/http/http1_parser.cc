@@ -1,10 +1,10 @@
 #include "core/http/http1_parser.h"
 
-#include <http_parser.h>
-
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+
+#include <http_parser.h>
 
 namespace konn::core::http {
 namespace {
@@ -39,8 +39,8 @@ void lift_library_limit() {
 }  // namespace
 
 bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](char x, char y) { return lower(x) == lower(y); });
 }
 
 const std::string* MessageHead::find(std::string_view name) const {
@@ -170,6 +170,12 @@ bool Http1Parser::on_head_complete() {
     head_.method = http_method_str(static_cast<http_method>(p.method));
   } else {
     head_.status = static_cast<int>(p.status_code);
+    // http-parser takes "HTTP/1.1 20 OK" as status 20; the status is three digits (RFC 9112
+    // section 4), and Go's client refuses anything else, so a relay must not pass it on.
+    if (head_.status < 100) {
+      fail(400, "malformed status code");
+      return false;
+    }
   }
 
   // Framing checks (smuggling): look at the headers ourselves rather than trusting flags.
@@ -209,8 +215,7 @@ bool Http1Parser::on_head_complete() {
   head_.content_length = length;
   head_.chunked = (p.flags & F_CHUNKED) != 0;
   head_.keep_alive = http_should_keep_alive(&p) != 0;
-  head_.upgrade = p.upgrade != 0 ||
-                  (kind_ == Kind::Request && p.method == HTTP_CONNECT);
+  head_.upgrade = p.upgrade != 0 || (kind_ == Kind::Request && p.method == HTTP_CONNECT);
   head_ready_ = true;
   return true;
 }

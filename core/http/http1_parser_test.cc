@@ -1,8 +1,8 @@
 #include "core/http/http1_parser.h"
 
-#include <catch2/catch.hpp>
-
 #include <string>
+
+#include <catch2/catch.hpp>
 
 using konn::core::http::Http1Parser;
 using Status = Http1Parser::Status;
@@ -134,7 +134,8 @@ TEST_CASE("upgrade and CONNECT complete at the end of the head", "[http]") {
 TEST_CASE("responses: chunked stream, 101, HEAD, and read-until-close", "[http]") {
   {
     Http1Parser p(Http1Parser::Kind::Response);
-    auto r = p.feed(std::string_view("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nev1\n\r\n"));
+    auto r = p.feed(
+        std::string_view("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nev1\n\r\n"));
     CHECK(r.status == Status::NeedMore);
     CHECK(r.head_complete);
     REQUIRE(r.body.size() == 1);
@@ -147,8 +148,10 @@ TEST_CASE("responses: chunked stream, 101, HEAD, and read-until-close", "[http]"
   {
     Http1Parser p(Http1Parser::Kind::Response);
     std::string body, rest;
-    REQUIRE(feed_all(p, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\nabc",
-                     1000, body, &rest) == Status::MessageComplete);
+    REQUIRE(
+        feed_all(p,
+                 "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\nabc",
+                 1000, body, &rest) == Status::MessageComplete);
     CHECK(p.head().upgrade);
     CHECK(rest == "abc");
   }
@@ -179,8 +182,9 @@ TEST_CASE("responses: chunked stream, 101, HEAD, and read-until-close", "[http]"
 TEST_CASE("header tokens", "[http]") {
   Http1Parser p(Http1Parser::Kind::Request);
   std::string body;
-  REQUIRE(feed_all(p, "GET / HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
-                   1000, body) == Status::MessageComplete);
+  REQUIRE(
+      feed_all(p, "GET / HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
+               1000, body) == Status::MessageComplete);
   CHECK(p.head().has_token("connection", "upgrade"));
   CHECK_FALSE(p.head().has_token("connection", "close"));
 }
@@ -191,4 +195,17 @@ TEST_CASE("HTTP/1.0 without keep-alive closes", "[http]") {
   REQUIRE(feed_all(p, "GET / HTTP/1.0\r\n\r\n", 1000, body) == Status::MessageComplete);
   CHECK_FALSE(p.head().keep_alive);
   CHECK(p.head().version_minor == 0);
+}
+
+TEST_CASE("a response status that is not three digits is refused", "[http]") {
+  // Found by http1_response_fuzz: http-parser reads "20" as a status.
+  for (std::string_view line : {"HTTP/1.1 20 OK\r\n\r\n", "HTTP/1.1 099 Low\r\n\r\n"}) {
+    Http1Parser p(Http1Parser::Kind::Response);
+    INFO(line);
+    CHECK(p.feed(line).status == Http1Parser::Status::Invalid);
+  }
+  Http1Parser ok(Http1Parser::Kind::Response);
+  auto r = ok.feed("HTTP/1.1 100 Continue\r\n\r\n");
+  CHECK(r.status != Http1Parser::Status::Invalid);
+  CHECK(ok.head().status == 100);
 }

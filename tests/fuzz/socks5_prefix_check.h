@@ -2,7 +2,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
+#include "socks5/codec/address.h"
 #include "socks5/codec/parse_result.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -27,6 +29,14 @@ void check_incremental_parser(const uint8_t* data, size_t size, Parse parse) {
   for (size_t n = 0; n < full.consumed; ++n) {
     KONN_FUZZ_CHECK(parse(Bytes(data, n)).status != ParseStatus::Complete);
   }
+}
+
+// "host:port" of an address, an IPv4-mapped IPv6 address written as the IPv4 one: the codec
+// writes mapped addresses back as IPv4 (ATYP 01), as replies carry them.
+inline std::string unmapped(const socks5::codec::Address& a) {
+  if (a.is_domain || !a.ip.is_v6() || !a.ip.to_v6().is_v4_mapped()) return a.to_string();
+  auto v4 = asio::ip::make_address_v4(asio::ip::v4_mapped, a.ip.to_v6());
+  return v4.to_string() + ":" + std::to_string(a.port);
 }
 
 }  // namespace konn::fuzz

@@ -23,7 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = parse_address(Bytes(out.data(), out.size()));
     KONN_FUZZ_CHECK(again.status == ParseStatus::Complete);
     KONN_FUZZ_CHECK(again.consumed == out.size());
-    KONN_FUZZ_CHECK(again.value.to_string() == a.to_string());
+    // Written as IPv4 when it is an IPv4-mapped IPv6 address (as replies carry it); the rules and
+    // the dialer judge such a destination as the IPv4 address too.
+    KONN_FUZZ_CHECK(konn::fuzz::unmapped(again.value) == konn::fuzz::unmapped(a));
     (void)to_string(r.value.command);
   }
   return 0;
