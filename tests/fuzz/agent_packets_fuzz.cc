@@ -140,6 +140,7 @@ class FakeServer final : public AgentService::Service {
       std::lock_guard lock(mu_);
       ctx_ = ctx;
       stream_ = stream;
+      ++generation_;
       connect_ids_.clear();
     }
     cv_.notify_all();
@@ -179,6 +180,12 @@ class FakeServer final : public AgentService::Service {
     std::lock_guard lock(mu_);
     connect_ids_.clear();
   }
+  // Counts the streams so far: a change means the one an input used has ended (cut by the input,
+  // or broken by a packet the agent could not parse, e.g. a string field that is not UTF-8).
+  uint64_t generation() {
+    std::lock_guard lock(mu_);
+    return stream_ == nullptr ? 0 : generation_;
+  }
   // DIAL_RSPs received over every stream.
   uint64_t dial_answers() {
     std::lock_guard lock(mu_);
@@ -204,6 +211,7 @@ class FakeServer final : public AgentService::Service {
   grpc::ServerReaderWriter<Packet, Packet>* stream_ = nullptr;
   std::set<int64_t> connect_ids_;
   uint64_t dial_answers_ = 0;
+  uint64_t generation_ = 0;
 };
 
 struct Fixture {
@@ -257,7 +265,7 @@ std::string destination(FuzzInput& in, const Endpoints& e) {
     case 5:
       return "localhost:" + std::to_string(e.port(Endpoints::Echo));
     case 6:
-      return "no-such-host.invalid:80";
+      return "localhost:1";  // a name, then refused (no resolver is reachable from the tests)
     case 7:
       return "[::1]:" + std::to_string(e.port(Endpoints::Echo));
     default:
@@ -281,6 +289,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t cancelled_before = stats.dials_cancelled.load();
   uint64_t dials_sent = 0;
   bool cut = false;
+  uint64_t generation = f.server.generation();
   int ops = 0;
   while (!in.empty() && ++ops <= 64) {
     uint8_t op = in.byte();
@@ -341,9 +350,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Every dial is answered (a DIAL_RSP, or cancelled by DIAL_CLS) unless the stream was cut:
   // wait for that first, or an empty table would pass before the agent even saw the dials.
   auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!cut && f.server.dial_answers() - answers_before +
-                         (stats.dials_cancelled.load() - cancelled_before) <
-                     dials_sent) {
+  while (!cut && f.server.generation() == generation &&
+         f.server.dial_answers() - answers_before +
+                 (stats.dials_cancelled.load() - cancelled_before) <
+             dials_sent) {
     if (std::chrono::steady_clock::now() > deadline) {
       std::fprintf(stderr, "agent left dials unanswered: %llu sent, %llu answered\n",
                    static_cast<unsigned long long>(dials_sent),
