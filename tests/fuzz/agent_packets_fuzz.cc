@@ -221,7 +221,8 @@ struct Fixture {
   std::unique_ptr<konn::agent::AgentApp> app;
 
   Fixture() {
-    konn::core::log::set_level("off");
+    const char* level = std::getenv("KONN_FUZZ_LOG_LEVEL");  // e.g. debug, to see a finding
+    konn::core::log::set_level(level != nullptr ? level : "off");
     const auto& c = konn::testsupport::test_certs();
     options.proxy_server_hosts = {"127.0.0.1"};
     options.proxy_server_port = server.port();

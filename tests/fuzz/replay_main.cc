@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -35,7 +36,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "replay: no corpus file under the given paths\n");
     return 2;
   }
+  const bool verbose = std::getenv("KONN_FUZZ_VERBOSE") != nullptr;
   for (const auto& f : files) {
+    if (verbose) std::fprintf(stderr, "replay: %s\n", f.c_str());
     std::ifstream in(f, std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     // A copy sized exactly, so ASan sees reads past the end as libFuzzer would.

@@ -52,7 +52,8 @@ struct Fixture {
   std::shared_ptr<grpc::Channel> agent_channel;
 
   Fixture() {
-    konn::core::log::set_level("off");
+    const char* level = std::getenv("KONN_FUZZ_LOG_LEVEL");  // e.g. debug, to see a finding
+    konn::core::log::set_level(level != nullptr ? level : "off");
     const auto& certs = konn::testsupport::test_certs();
     options.mode = "grpc";
     options.uds_name = dir.file("frontend.sock");
