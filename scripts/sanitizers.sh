@@ -26,7 +26,7 @@ if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCH
 # ASan builds, which run these cases). bench.loadgen.smoke drives bulk gRPC tunnels, so it is
 # left to the other two passes as well.
 TSAN_LABELS='^(unit|integration)$'
-TSAN_EXCLUDE='flow control|concurrent tunnels|stalled reader|bulk|MiB|GiB|throughput|holds the sender back|many tunnels|mid-transfer|soak|bench.loadgen.smoke'
+TSAN_EXCLUDE='flow control|concurrent tunnels|stalled reader|bulk|MiB|GiB|throughput|holds the sender back|holds the stream back|many tunnels|mid-transfer|soak|bench.loadgen.smoke'
 
 run_asan() {
   echo "== sanitizers: asan-ubsan build and full suite"
