@@ -52,6 +52,66 @@ struct SpliceHook {
   ~SpliceHook() { konn::socks5::set_splice_function_for_testing(nullptr); }
 };
 
+// One relay through splice_relay between two socket pairs: `up_bytes` of seeded random bytes from
+// the client, which then half-closes; the server reads to EOF (the half-close passed on), answers
+// `down_bytes` and half-closes too. Both ends' bytes and EOFs are checked here.
+struct RoundTrip {
+  konn::core::relay::RelayStats stats;
+  bool done = false;  // splice_relay returned
+  size_t up = 0;
+  size_t down = 0;
+};
+
+RoundTrip splice_round_trip(size_t up_bytes, size_t down_bytes, unsigned seed, int* fallback) {
+  asio::io_context ctx;
+  auto [client, proxy_down] = socket_pair(ctx);
+  auto [proxy_up, server] = socket_pair(ctx);
+  konn::socks5::Activity activity;
+  RoundTrip run;
+  asio::co_spawn(
+      ctx,
+      [&]() -> konn::core::io::Awaitable<void> {
+        run.stats = co_await konn::socks5::splice_relay(proxy_down, proxy_up, activity, 16 * 1024,
+                                                        fallback);
+        run.done = true;
+      },
+      asio::detached);
+  std::thread io([&] { ctx.run_for(std::chrono::seconds(20)); });
+
+  std::string up(up_bytes, '\0');
+  std::mt19937 rng(seed);
+  for (auto& c : up) c = static_cast<char>(rng());
+  std::string down(down_bytes, 'd');
+  std::thread writer([&] {
+    asio::write(client, asio::buffer(up));
+    client.shutdown(tcp::socket::shutdown_send);
+  });
+  std::string got_up;
+  std::error_code ec;
+  asio::read(server, asio::dynamic_buffer(got_up), ec);
+  CHECK(ec == asio::error::eof);
+  CHECK(got_up == up);
+  asio::write(server, asio::buffer(down));
+  server.shutdown(tcp::socket::shutdown_send);
+  std::string got_down;
+  asio::read(client, asio::dynamic_buffer(got_down), ec);
+  CHECK(ec == asio::error::eof);
+  CHECK(got_down == down);
+  writer.join();
+  io.join();
+  run.up = up.size();
+  run.down = down.size();
+  return run;
+}
+
+// The relay counted every byte each way and saw no error.
+void check_counts(const RoundTrip& run) {
+  CHECK(run.stats.downstream_to_upstream == run.up);
+  CHECK(run.stats.upstream_to_downstream == run.down);
+  CHECK_FALSE(run.stats.downstream_error);
+  CHECK_FALSE(run.stats.upstream_error);
+}
+
 }  // namespace
 
 TEST_CASE("splice unsupported at run time: each direction goes on buffered, no byte lost",
@@ -61,96 +121,17 @@ TEST_CASE("splice unsupported at run time: each direction goes on buffered, no b
                std::make_tuple("pipe to socket fails with bytes in the pipe", &fail_drain, ENOSYS));
   INFO(name);
   SpliceHook forced(hook);
-  asio::io_context ctx;
-  auto [client, proxy_down] = socket_pair(ctx);
-  auto [proxy_up, server] = socket_pair(ctx);
-  konn::socks5::Activity activity;
-  konn::core::relay::RelayStats stats;
   int fallback = 0;
-  bool done = false;
-  asio::co_spawn(
-      ctx,
-      [&]() -> konn::core::io::Awaitable<void> {
-        stats = co_await konn::socks5::splice_relay(proxy_down, proxy_up, activity, 16 * 1024,
-                                                    &fallback);
-        done = true;
-      },
-      asio::detached);
-  std::thread io([&] { ctx.run_for(std::chrono::seconds(20)); });
-
-  std::string up(1 << 20, '\0');
-  std::mt19937 rng(5);
-  for (auto& c : up) c = static_cast<char>(rng());
-  std::string down(300000, 'd');
-  std::thread writer([&] {
-    asio::write(client, asio::buffer(up));
-    client.shutdown(tcp::socket::shutdown_send);
-  });
-  std::string got_up;
-  std::error_code ec;
-  asio::read(server, asio::dynamic_buffer(got_up), ec);
-  CHECK(ec == asio::error::eof);
-  CHECK(got_up == up);
-  asio::write(server, asio::buffer(down));
-  server.shutdown(tcp::socket::shutdown_send);
-  std::string got_down;
-  asio::read(client, asio::dynamic_buffer(got_down), ec);
-  CHECK(ec == asio::error::eof);
-  CHECK(got_down == down);
-  writer.join();
-  io.join();
-  REQUIRE(done);
+  auto run = splice_round_trip(1 << 20, 300000, 5, &fallback);
+  REQUIRE(run.done);
   CHECK(fallback == expect_errno);
-  CHECK(stats.downstream_to_upstream == up.size());
-  CHECK(stats.upstream_to_downstream == down.size());
-  CHECK_FALSE(stats.downstream_error);
-  CHECK_FALSE(stats.upstream_error);
+  check_counts(run);
 }
 
 TEST_CASE("splice relay moves bytes both ways and passes half-close on", "[splice]") {
-  asio::io_context ctx;
-  asio::io_context clients;
-  auto [client, proxy_down] = socket_pair(ctx);
-  auto [proxy_up, server] = socket_pair(ctx);
-  konn::socks5::Activity activity;
-  konn::core::relay::RelayStats stats;
-  bool done = false;
-  asio::co_spawn(
-      ctx,
-      [&]() -> konn::core::io::Awaitable<void> {
-        stats = co_await konn::socks5::splice_relay(proxy_down, proxy_up, activity, 16 * 1024);
-        done = true;
-      },
-      asio::detached);
-  std::thread io([&] { ctx.run_for(std::chrono::seconds(20)); });
-
-  std::string up(3 << 20, '\0');
-  std::mt19937 rng(11);
-  for (auto& c : up) c = static_cast<char>(rng());
-  std::string down(500000, 'd');
-  std::thread writer([&] {
-    asio::write(client, asio::buffer(up));
-    client.shutdown(tcp::socket::shutdown_send);
-  });
-  // The server reads everything up to EOF (half-close passed on), then answers.
-  std::string got_up;
-  std::error_code ec;
-  asio::read(server, asio::dynamic_buffer(got_up), ec);
-  CHECK(ec == asio::error::eof);
-  CHECK(got_up == up);
-  asio::write(server, asio::buffer(down));
-  server.shutdown(tcp::socket::shutdown_send);
-  std::string got_down;
-  asio::read(client, asio::dynamic_buffer(got_down), ec);
-  CHECK(ec == asio::error::eof);
-  CHECK(got_down == down);
-  writer.join();
-  io.join();
-  REQUIRE(done);
-  CHECK(stats.downstream_to_upstream == up.size());
-  CHECK(stats.upstream_to_downstream == down.size());
-  CHECK_FALSE(stats.downstream_error);
-  CHECK_FALSE(stats.upstream_error);
+  auto run = splice_round_trip(3 << 20, 500000, 11, nullptr);
+  REQUIRE(run.done);
+  check_counts(run);
 }
 
 TEST_CASE("splice relay ends both directions on a reset", "[splice]") {
