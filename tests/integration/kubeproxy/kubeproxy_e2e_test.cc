@@ -295,6 +295,21 @@ struct Fixture {
   }
 };
 
+// A port-forward upgrade through the proxy on `port` to the fixture's konn-echo protocol: 101,
+// an echo, then our half-close answered with BYE and EOF.
+void check_echo_upgrade(uint16_t port) {
+  RawClient c(port);
+  c.send(
+      "GET /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\nHost: localhost\r\n"
+      "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\n");
+  CHECK_THAT(c.read_until_contains("\r\n\r\n"), Catch::StartsWith("HTTP/1.1 101"));
+  c.clear();
+  c.send("ping");
+  CHECK(c.read_until_contains("ping") == "ping");
+  c.shutdown_write();
+  CHECK(c.read_to_eof() == "pingBYE\n");
+}
+
 }  // namespace
 
 TEST_CASE("curl and kubectl get --raw through the forwarder", "[kubeproxy][e2e]") {
@@ -648,16 +663,7 @@ TEST_CASE("forwarder honours proxy-url, for upgrades too", "[kubeproxy][e2e]") {
   auto r = run({"curl", "-sS", "-f", f.url(port, "/api/")}, f.dir.path);
   CHECK(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("APIVersions"));
-  RawClient c(port);
-  c.send(
-      "GET /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\nHost: localhost\r\n"
-      "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\n");
-  CHECK_THAT(c.read_until_contains("\r\n\r\n"), Catch::StartsWith("HTTP/1.1 101"));
-  c.clear();
-  c.send("ping");
-  CHECK(c.read_until_contains("ping") == "ping");
-  c.shutdown_write();
-  CHECK(c.read_to_eof() == "pingBYE\n");
+  check_echo_upgrade(port);
   CHECK(cp->wait_err("CONNECT 127.0.0.1:" + std::to_string(f.api_port)));
 }
 
@@ -780,16 +786,7 @@ TEST_CASE("https proxy-url: TLS to the proxy, TLS to the apiserver inside it", "
   r = run({"curl", "-sS", f.url(port, "/stats")}, f.dir.path);
   CHECK(r.out == "{\"connections\":1}");
   // An upgrade with half-close through the double TLS.
-  RawClient c(port);
-  c.send(
-      "GET /api/v1/namespaces/default/pods/p/portforward HTTP/1.1\r\nHost: localhost\r\n"
-      "Connection: Upgrade\r\nUpgrade: konn-echo\r\n\r\n");
-  CHECK_THAT(c.read_until_contains("\r\n\r\n"), Catch::StartsWith("HTTP/1.1 101"));
-  c.clear();
-  c.send("ping");
-  CHECK(c.read_until_contains("ping") == "ping");
-  c.shutdown_write();
-  CHECK(c.read_to_eof() == "pingBYE\n");
+  check_echo_upgrade(port);
   CHECK(cp->wait_err("CONNECT 127.0.0.1:" + std::to_string(f.api_port)));
 
   // The proxy's certificate is checked with the kubeconfig's CA: one it did not sign fails.
