@@ -153,9 +153,12 @@ void Forwarder::put_idle(std::unique_ptr<ByteStream> s, uint64_t generation) {
   list.push_back(Idle{std::move(s), Clock::now(), generation});
 }
 
+bool Forwarder::drops_caller_credentials() const {
+  return options_.strip_client_credentials || !options_.require_token.empty();
+}
+
 bool Forwarder::caller_authorized(const Exchange& x) const {
-  bool drop_auth = options_.strip_client_credentials || !options_.require_token.empty();
-  return !drop_auth && x.req.head().find("Authorization") != nullptr;
+  return !drops_caller_credentials() && x.req.head().find("Authorization") != nullptr;
 }
 
 Forwarder::UpstreamAuth Forwarder::with_tls(CredentialSource::Credential c) {
@@ -347,7 +350,7 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
 std::string Forwarder::upstream_head(const Exchange& x, const std::string& target, bool is_upgrade,
                                      const std::string& authorization) {
   const auto& h = x.req.head();
-  bool drop_auth = options_.strip_client_credentials || !options_.require_token.empty();
+  bool drop_auth = drops_caller_credentials();
   Headers out;
   out.reserve(h.headers.size() + 6);
   out.emplace_back("Host", rest_.host_header());

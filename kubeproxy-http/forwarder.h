@@ -75,6 +75,9 @@ class Forwarder {
   // plugin run is waited for, only the client certificate of its last output is used.
   core::io::Awaitable<UpstreamAuth> upstream_auth(bool caller_authorized);
   UpstreamAuth with_tls(CredentialSource::Credential c);
+  // The caller's own Authorization and Impersonate-* headers are removed
+  // (--strip-client-credentials, or --require-token, whose token is ours, not the apiserver's).
+  bool drops_caller_credentials() const;
   bool caller_authorized(const Exchange& x) const;
 
   std::unique_ptr<ByteStream> take_idle(asio::any_io_executor ex, uint64_t generation);
