@@ -161,6 +161,10 @@ void ServerStreamReactor::OnWriteDone(bool ok) { handle_write_done(ok); }
 
 void ServerStreamReactor::OnDone(const grpc::Status& status) {
   mark_done();
+  {
+    std::lock_guard lock(mu_);
+    done_seen_ = true;
+  }
   std::string why = status.ok() ? std::string("stream finished")
                                 : "stream ended: " + std::to_string(status.error_code()) + " " +
                                       status.error_message();
@@ -220,8 +224,29 @@ void ServerStreamReactor::on_queued(const Packet& p) {
 void ServerStreamReactor::on_write_failed(const Packet& p) { failed_write_type_ = p.type(); }
 
 void ServerStreamReactor::on_read_end() {
+  {
+    std::lock_guard lock(mu_);
+    read_ended_at_ = std::chrono::steady_clock::now();
+  }
   end("read side ended");
   close(grpc::Status::OK);
+}
+
+bool ServerStreamReactor::cancel_if_end_overdue(std::chrono::steady_clock::duration grace) {
+  {
+    std::lock_guard lock(mu_);
+    if (done_seen_ || overdue_cancelled_ || read_ended_at_ == std::chrono::steady_clock::time_point{} ||
+        std::chrono::steady_clock::now() - read_ended_at_ < grace) {
+      return false;
+    }
+    overdue_cancelled_ = true;
+  }
+  KONN_LOG((&logger()), warn,
+           "{}our read side ended but the server has not ended the stream; cancelling it",
+           log_prefix());
+  // Not our own close: OnDone counts it as a stream error (the server broke the stream).
+  context_.TryCancel();
+  return true;
 }
 
 void ServerStreamReactor::end(const std::string& why) {

@@ -80,6 +80,11 @@ class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
   std::string server_id() const;
   bool flow_control() const;
   const std::string& target() const { return config_.target; }
+  // Cancels the call when its read side ended more than `grace` ago and the server has still not
+  // ended it (OnDone has not come), e.g. after a packet we could not parse, from a server that
+  // ignores our half-close. Without this the stream would stay in the server set for ever and the
+  // agent would never reconnect. Returns true when it cancelled, once.
+  bool cancel_if_end_overdue(std::chrono::steady_clock::duration grace);
 
   // ClientBidiReactor.
   void OnReadInitialMetadataDone(bool ok) override;
@@ -129,6 +134,9 @@ class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
   bool ended_ = false;
   std::string handshake_error_;
   std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point read_ended_at_;  // zero until on_read_end
+  bool done_seen_ = false;                               // OnDone ran
+  bool overdue_cancelled_ = false;
 
   // Stream errors (stream_errors_total), reported from OnDone once the status is known.
   std::atomic<bool> cancelled_by_us_{false};  // our own close(abort): not a stream error

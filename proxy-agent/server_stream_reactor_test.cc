@@ -151,6 +151,9 @@ class FakeProxyServer final : public AgentService::Service {
     int64_t server_count = 1;
     bool flow_control = false;
     bool send_server_count = true;
+    // After the agent's half-close, keep the stream open until the call is cancelled (a server
+    // that ignores half-closes).
+    bool ignore_half_close = false;
   };
 
   explicit FakeProxyServer(Config config, int port = 0) : config_(std::move(config)) {
@@ -223,6 +226,9 @@ class FakeProxyServer final : public AgentService::Service {
       }
       s->cv.notify_all();
       p = Packet();
+    }
+    if (config_.ignore_half_close) {
+      while (!ctx->IsCancelled()) std::this_thread::sleep_for(milliseconds(10));
     }
     {
       std::lock_guard lock(s->write_mu);
@@ -660,6 +666,37 @@ TEST_CASE("a lost server stream closes its tunnels and the agent reconnects", "[
   REQUIRE(eventually([&] { return app.servers().connected() == 1; }));
   int64_t c = dial_ok(*again, echo.address(), 12);
   CHECK(c == 1);  // connectIDs are per stream
+  app.stop();
+}
+
+// reliability: proxy-agent | a packet it cannot parse (DIAL_REQ address not UTF-8) from a server
+// reliability+: that then ignores the agent's half-close | stream cancelled after 5 probe
+// reliability+: intervals | warn "our read side ended but the server has not ended the stream;
+// reliability+: cancelling it" | agent; reconnects and dials on the new stream
+TEST_CASE("a server that ignores the agent's half-close has its stream cancelled and the agent reconnects",
+          "[agent][set]") {
+  FakeProxyServer::Config config;
+  config.ignore_half_close = true;
+  FakeProxyServer server(config);
+  Endpoint echo;
+  AgentApp app(agent_options(server.port()));
+  app.start();
+  auto s = server.session(0);
+  REQUIRE(s);
+  REQUIRE(eventually([&] { return app.servers().connected() == 1; }));
+  // proto3 refuses a string that is not UTF-8: the agent's read fails on this packet.
+  Packet bad;
+  bad.set_type(DIAL_REQ);
+  bad.mutable_dialrequest()->set_protocol("tcp");
+  bad.mutable_dialrequest()->set_address(std::string("\xff\xfe:80"));
+  bad.mutable_dialrequest()->set_random(7);
+  REQUIRE(s->write(bad));
+  REQUIRE(s->wait_ended(seconds(10)));  // the agent cancelled the call
+  CHECK(app.stats().server_recv_failures >= 1);  // a broken stream, not a clean end
+  auto again = server.session(1);
+  REQUIRE(again);
+  REQUIRE(eventually([&] { return app.servers().connected() == 1; }));
+  CHECK(dial_ok(*again, echo.address(), 21) == 1);
   app.stop();
 }
 
