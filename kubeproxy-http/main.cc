@@ -3,11 +3,13 @@
 #include <iostream>
 
 #include "core/config/flag_parser.h"
+#include "core/io/allocator.h"
 #include "core/log/logger.h"
 #include "kubeproxy-http/kubeproxy_app.h"
 #include "kubeproxy-http/kubeproxy_options.h"
 
 int main(int argc, char** argv) {
+  konn::core::io::tune_allocator_for_relaying();
   konn::kubeproxy::KubeproxyOptions options;
   konn::core::config::FlagParser flags(
       "kubeproxy-http", "Creates a proxy server or application-level gateway between localhost and "

@@ -1,18 +1,14 @@
 // proxy-agent: the node side of the Konnectivity tunnel. Flags as upstream ANP's agent.
-#include <malloc.h>
-
 #include <iostream>
 
 #include "core/config/flag_parser.h"
+#include "core/io/allocator.h"
 #include "core/log/logger.h"
 #include "proxy-agent/agent_app.h"
 #include "proxy-agent/agent_options.h"
 
 int main(int argc, char** argv) {
-  // DATA buffers of 256 KiB-1 MiB come and go at GB/s: kept in the heap instead of being
-  // unmapped and page-faulted back (which cost ~15% of the agent's CPU in a bulk transfer).
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+  konn::core::io::tune_allocator_for_relaying();
   konn::agent::AgentOptions options;
   konn::core::config::FlagParser parser(
       "proxy-agent", "Konnectivity proxy-agent: dials endpoints for the proxy-server");
