@@ -1,5 +1,6 @@
 #include "proxy-server/frontend/http_connect_frontend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <filesystem>
@@ -219,51 +220,55 @@ class ConnectSession : public Frontend,
                                         ", --max-frontend-streams)\n");
       co_return;
     }
-    // Read the CONNECT head within the header timeout (slowloris bound).
-    core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request,
-                                   static_cast<size_t>(options.http_connect_max_header_bytes));
-    std::string buf(16 * 1024, '\0');
+    // Read the CONNECT head within the header timeout (slowloris bound). The parser and the
+    // read buffer live in this block only: an idle tunnel must not keep them (16 KiB+ each).
     std::string leftover;
+    std::string target;
     {
-      asio::steady_timer deadline(stream_.get_executor(),
-                                  router_.options().http_connect_header_timeout);
-      for (;;) {
-        auto r = co_await (stream_.async_read_some(asio::buffer(buf), use_nothrow) ||
-                           deadline.async_wait(use_nothrow));
-        if (r.index() == 1) {
-          router_.metrics().limit_hit("connect_header_timeout");
-          KONN_LOG(log_, info, "http-connect client {}: no complete request head in {}; closing",
-                   peer_,
-                   core::config::format_go_duration(router_.options().http_connect_header_timeout));
-          co_return;
-        }
-        auto [ec, n] = std::get<0>(r);
-        if (ec) co_return;
-        auto res = parser.feed(std::string_view(buf.data(), n));
-        if (res.status == core::http::Http1Parser::Status::Invalid) {
-          if (parser.error_status() == 431) router_.metrics().limit_hit("connect_header_size");
-          KONN_LOG(log_, info, "http-connect client {}: bad request: {}", peer_, parser.error());
-          co_await reply_and_close(parser.error_status(), parser.error() + "\n");
-          co_return;
-        }
-        if (res.status == core::http::Http1Parser::Status::MessageComplete) {
-          leftover.assign(buf.data() + res.consumed, n - res.consumed);
-          break;
+      core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request,
+                                     static_cast<size_t>(options.http_connect_max_header_bytes));
+      std::string buf(16 * 1024, '\0');
+      {
+        asio::steady_timer deadline(stream_.get_executor(),
+                                    router_.options().http_connect_header_timeout);
+        for (;;) {
+          auto r = co_await (stream_.async_read_some(asio::buffer(buf), use_nothrow) ||
+                             deadline.async_wait(use_nothrow));
+          if (r.index() == 1) {
+            router_.metrics().limit_hit("connect_header_timeout");
+            KONN_LOG(
+                log_, info, "http-connect client {}: no complete request head in {}; closing",
+                peer_,
+                core::config::format_go_duration(router_.options().http_connect_header_timeout));
+            co_return;
+          }
+          auto [ec, n] = std::get<0>(r);
+          if (ec) co_return;
+          auto res = parser.feed(std::string_view(buf.data(), n));
+          if (res.status == core::http::Http1Parser::Status::Invalid) {
+            if (parser.error_status() == 431) router_.metrics().limit_hit("connect_header_size");
+            KONN_LOG(log_, info, "http-connect client {}: bad request: {}", peer_, parser.error());
+            co_await reply_and_close(parser.error_status(), parser.error() + "\n");
+            co_return;
+          }
+          if (res.status == core::http::Http1Parser::Status::MessageComplete) {
+            leftover.assign(buf.data() + res.consumed, n - res.consumed);
+            break;
+          }
         }
       }
+      if (parser.head().method != "CONNECT") {
+        co_await reply_and_close(405, "this proxy only supports CONNECT passthrough\n");
+        co_return;
+      }
+      target = parser.head().target;
     }
-    const auto& head = parser.head();
-    if (head.method != "CONNECT") {
-      co_await reply_and_close(405, "this proxy only supports CONNECT passthrough\n");
-      co_return;
-    }
-    auto hp = core::net::parse_host_port(head.target);
+    auto hp = core::net::parse_host_port(target);
     if (!hp || hp->port == 0) {
-      co_await reply_and_close(400,
-                               "CONNECT target must be host:port, got \"" + head.target + "\"\n");
+      co_await reply_and_close(400, "CONNECT target must be host:port, got \"" + target + "\"\n");
       co_return;
     }
-    address_ = head.target;
+    address_ = std::move(target);
     co_await dial(hp->host);
     if (!established_) co_return;
     if (!leftover.empty()) send_to_agent(std::move(leftover));
@@ -382,7 +387,12 @@ class ConnectSession : public Frontend,
       if constexpr (!kTls) {
         std::tie(wec) =
             co_await lowest(stream_).async_wait(asio::socket_base::wait_read, use_nothrow);
-        want = core::tunnel::kReadChunk;
+        // A few bytes (or EOF: none) get a buffer of their size, not a whole chunk: thousands of
+        // tunnels closing at once must not allocate 256 KiB each.
+        std::error_code aec;
+        size_t available = lowest(stream_).available(aec);
+        want = aec || available >= core::tunnel::kSmallRead ? core::tunnel::kReadChunk
+                                                            : std::max<size_t>(available, 1);
       }
       if (closed_) co_return;
       std::string chunk(want, '\0');
