@@ -9,6 +9,7 @@
 #include <asio/ssl.hpp>
 
 #include "core/admin/admin_server.h"
+#include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/io/worker_pool.h"
 #include "core/konnectivity/dialer.h"
@@ -221,6 +222,7 @@ int KubeproxyApp::run() {
     im.main_ctx.stop();
   };
   core::io::ShutdownSignals signals(im.main_ctx, stop_all, stop_all);
+  core::io::start_memory_trimmer(im.main_ctx);
   im.main_ctx.run();
   im.pool.stop();
   if (im.health) im.health->stop();

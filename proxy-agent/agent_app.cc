@@ -2,6 +2,7 @@
 
 #include <asio/steady_timer.hpp>
 
+#include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/kube/kubeconfig.h"
 #include "core/log/log_macros.h"
@@ -47,6 +48,7 @@ void AgentApp::start() {
   }
   started_ = true;
   pool_.start();
+  core::io::start_memory_trimmer(control_);
   control_thread_ = std::thread([this] { control_.run(); });
   servers_->start();
   if (leases_) leases_->start();

@@ -10,6 +10,7 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/kube/api_client.h"
 #include "core/kube/kubeconfig.h"
@@ -59,6 +60,7 @@ void ServerApp::start() {
   }
   timers_guard_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
       timers_.get_executor());
+  core::io::start_memory_trimmer(timers_);
   timer_thread_ = std::thread([this] { timers_.run(); });
   router_ = std::make_unique<Router>(options_, timers_, metrics_);
   if (!options_.agent_namespace.empty()) start_token_review();

@@ -6,6 +6,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "core/error/check.h"
+#include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/log/log_macros.h"
 
@@ -233,6 +234,7 @@ int Socks5App::run() {
   accepting_ = true;
   // After the "listening on" line, which scripts and tests look for first.
   start_health();
+  core::io::start_memory_trimmer(main_);
   main_.run();  // the signal wait keeps it running until the drain calls stop()
   registry_.close_all();
   pool_.stop();

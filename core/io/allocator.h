@@ -1,17 +1,30 @@
 #pragma once
 
+#include <chrono>
+#include <cstddef>
+
+#include <asio/io_context.hpp>
+
 namespace konn::core::io {
 
 // Tunes glibc malloc for a daemon that relays bulk bytes: DATA buffers of 256 KiB-1 MiB come and
 // go at GB/s. By default glibc serves each from its own mmap and unmaps it on free, so every
-// buffer is page-faulted in again (in a bulk transfer through the proxy-server that was ~30% of
-// its CPU, most of it in the VM's page-fault path). Served from the heap instead, they are reused.
-// Freed memory above kTrimThreshold at a heap's top still goes back to the kernel, and
-// release_free_memory() returns the rest once the daemon is idle. Call first thing in main().
+// buffer is page-faulted in again (in a bulk transfer through the proxy-server that was ~60% of
+// its CPU, most of it in the VM's page-fault path). Served from the heap instead, they are
+// reused; free memory is handed back by the trimmer below rather than on every free(). Also
+// puts every thread in one arena, so that the trimmer can reach all of it.
+// Call first thing in main().
 void tune_allocator_for_relaying();
 
-// Returns free heap memory to the kernel (malloc_trim): for when the last tunnel closed, so RSS
-// comes back near its idle figure. Costs a walk of the heaps: call it rarely.
-void release_free_memory();
+// Free heap memory glibc holds (every arena), in bytes.
+size_t free_heap_bytes();
+
+// Every `period`, on `ctx`: when more than `slack` bytes of the heap sit free (a burst of
+// transfers or tunnels is over), returns them to the kernel (malloc_trim), so RSS comes back
+// near its idle figure. While bytes flow the free part stays small and nothing is trimmed.
+// Runs until `ctx` stops.
+void start_memory_trimmer(asio::io_context& ctx,
+                          std::chrono::milliseconds period = std::chrono::seconds(2),
+                          size_t slack = size_t{4} << 20);
 
 }  // namespace konn::core::io
