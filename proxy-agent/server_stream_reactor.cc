@@ -235,7 +235,8 @@ void ServerStreamReactor::on_read_end() {
 bool ServerStreamReactor::cancel_if_end_overdue(std::chrono::steady_clock::duration grace) {
   {
     std::lock_guard lock(mu_);
-    if (done_seen_ || overdue_cancelled_ || read_ended_at_ == std::chrono::steady_clock::time_point{} ||
+    if (done_seen_ || overdue_cancelled_ ||
+        read_ended_at_ == std::chrono::steady_clock::time_point{} ||
         std::chrono::steady_clock::now() - read_ended_at_ < grace) {
       return false;
     }

@@ -673,8 +673,9 @@ TEST_CASE("a lost server stream closes its tunnels and the agent reconnects", "[
 // reliability+: that then ignores the agent's half-close | stream cancelled after 5 probe
 // reliability+: intervals | warn "our read side ended but the server has not ended the stream;
 // reliability+: cancelling it" | agent; reconnects and dials on the new stream
-TEST_CASE("a server that ignores the agent's half-close has its stream cancelled and the agent reconnects",
-          "[agent][set]") {
+TEST_CASE(
+    "a server that ignores the agent's half-close has its stream cancelled and the agent reconnects",
+    "[agent][set]") {
   FakeProxyServer::Config config;
   config.ignore_half_close = true;
   FakeProxyServer server(config);
