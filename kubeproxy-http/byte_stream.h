@@ -117,6 +117,21 @@ class ByteStream {
 
   bool is_open() { return lowest().is_open(); }
 
+  // Waits until a read would not block, so a caller can take its buffer only then. Plain sockets
+  // only: a TLS stream may hold decrypted bytes its socket no longer shows, and a tunnel has no
+  // socket, so for them it returns at once.
+  core::io::Awaitable<std::error_code> wait_readable() {
+    if (auto* t = std::get_if<Tcp>(&impl_)) {
+      auto [ec] = co_await t->async_wait(asio::socket_base::wait_read, core::io::use_nothrow);
+      co_return ec;
+    }
+    if (auto* u = std::get_if<Unix>(&impl_)) {
+      auto [ec] = co_await u->async_wait(asio::socket_base::wait_read, core::io::use_nothrow);
+      co_return ec;
+    }
+    co_return std::error_code();
+  }
+
   // The underlying socket, for options (keepalive, nodelay).
   // Bytes that a read would return without waiting for the network: TLS plaintext already
   // decrypted plus ciphertext already received. Always 0 for plain sockets (the kernel buffer is

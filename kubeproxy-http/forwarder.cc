@@ -30,15 +30,19 @@ constexpr auto kIdleTimeout = std::chrono::seconds(90);
 constexpr size_t kMaxIdlePerWorker = 64;
 
 // Bytes read from the downstream connection and not yet parsed (pipelined requests stay here).
+// The buffer is taken at the first read and given back when empty (release_if_empty), so an idle
+// keep-alive connection holds none.
 class InBuffer {
  public:
-  InBuffer() : data_(std::make_unique_for_overwrite<char[]>(kBufferSize)) {}
-  std::string_view pending() const { return {data_.get() + begin_, end_ - begin_}; }
+  std::string_view pending() const {
+    return data_ ? std::string_view(data_.get() + begin_, end_ - begin_) : std::string_view();
+  }
   void consume(size_t n) {
     begin_ += n;
     if (begin_ == end_) begin_ = end_ = 0;
   }
   asio::mutable_buffer space() {
+    if (!data_) data_ = std::make_unique_for_overwrite<char[]>(kBufferSize);
     if (end_ == kBufferSize && begin_ > 0) {
       std::copy(data_.get() + begin_, data_.get() + end_, data_.get());
       end_ -= begin_;
@@ -47,9 +51,12 @@ class InBuffer {
     return asio::buffer(data_.get() + end_, kBufferSize - end_);
   }
   void commit(size_t n) { end_ += n; }
+  void release_if_empty() {
+    if (begin_ == end_) data_.reset();
+  }
 
  private:
-  std::unique_ptr<char[]> data_;  // not zeroed: allocated per connection, filled by reads
+  std::unique_ptr<char[]> data_;  // not zeroed: filled by reads
   size_t begin_ = 0;
   size_t end_ = 0;
 };
@@ -62,6 +69,14 @@ core::io::Awaitable<ByteStream::IoResult> read_within(ByteStream& s, asio::mutab
   auto r = co_await (s.read_some(b) || timer.async_wait(core::io::use_nothrow));
   if (r.index() == 1) co_return ByteStream::IoResult{asio::error::timed_out, 0};
   co_return std::get<0>(r);
+}
+
+// True once a read would not block; false after `limit` or an error.
+core::io::Awaitable<bool> wait_readable_within(ByteStream& s, Clock::duration limit) {
+  using namespace asio::experimental::awaitable_operators;
+  asio::steady_timer timer(s.get_executor(), limit);
+  auto r = co_await (s.wait_readable() || timer.async_wait(core::io::use_nothrow));
+  co_return r.index() == 0 && !std::get<0>(r);
 }
 
 bool starts_with_ci(std::string_view s, std::string_view prefix) {
@@ -88,7 +103,7 @@ struct Forwarder::Exchange {
   InBuffer in;
   Http1Parser req;
   Http1Parser resp{Http1Parser::Kind::Response, 1 << 20};
-  std::unique_ptr<char[]> ubuf = std::make_unique_for_overwrite<char[]>(kBufferSize);
+  std::unique_ptr<char[]> ubuf;  // upstream reads: taken per request (upstream_buffer())
   std::string early_body;  // body bytes that arrived with the head (at most one buffer)
   bool body_done = false;  // the whole request message has been parsed
   Clock::time_point start{};
@@ -97,6 +112,10 @@ struct Forwarder::Exchange {
 
   Exchange(ByteStream& c, std::string p, size_t max_head)
       : client(c), peer(std::move(p)), req(Http1Parser::Kind::Request, max_head) {}
+  char* upstream_buffer() {
+    if (!ubuf) ubuf = std::make_unique_for_overwrite<char[]>(kBufferSize);
+    return ubuf.get();
+  }
 };
 
 Forwarder::Forwarder(const KubeproxyOptions& options, const RestConfig& rest,
@@ -234,6 +253,13 @@ core::io::Awaitable<void> Forwarder::serve(ByteStream client, std::string peer) 
                       : Clock::duration::zero();
         } else {
           limit = kIdleTimeout;
+          // Between requests: no buffer is held while the client keeps the connection idle.
+          x.in.release_if_empty();
+          x.ubuf.reset();
+          if (!co_await wait_readable_within(client, limit)) {
+            keep = false;
+            break;
+          }
         }
         auto [ec, n] = co_await read_within(client, x.in.space(), limit);
         if (ec || n == 0) {
@@ -409,7 +435,7 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
     co_await x.client.write(asio::buffer(kContinue));
   }
   auto ex = x.client.get_executor();
-  auto ubuf = asio::buffer(x.ubuf.get(), kBufferSize);
+  auto ubuf = asio::buffer(x.upstream_buffer(), kBufferSize);
 
   for (int attempt = 0;; ++attempt) {
     std::unique_ptr<ByteStream> up;
