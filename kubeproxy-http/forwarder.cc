@@ -103,7 +103,8 @@ struct Forwarder::Exchange {
   InBuffer in;
   Http1Parser req;
   Http1Parser resp{Http1Parser::Kind::Response, 1 << 20};
-  std::unique_ptr<char[]> ubuf;  // upstream reads: taken per request (upstream_buffer())
+  // Upstream reads: taken per request (upstream_buffer()), given back between requests.
+  std::unique_ptr<char[]> ubuf;
   std::string early_body;  // body bytes that arrived with the head (at most one buffer)
   bool body_done = false;  // the whole request message has been parsed
   Clock::time_point start{};
