@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <deque>
 #include <filesystem>
+#include <list>
+#include <optional>
 #include <sys/stat.h>
 
 #include <asio.hpp>
@@ -193,8 +194,9 @@ class ConnectSession : public Frontend,
                [self = this->shared_from_this()] { self->resume_.cancel(); });
   }
 
-  core::io::Awaitable<void> run(std::shared_ptr<ConnectSession> self) {
-    (void)self;  // keeps this session alive for the whole coroutine
+  // The TLS handshake (within --tls-handshake-timeout) and the --max-frontend-streams slot.
+  // False when the connection is done (refused, or the handshake failed).
+  core::io::Awaitable<bool> admit() {
     const auto& options = router_.options();
     if constexpr (kTls) {
       asio::steady_timer t(stream_.get_executor(), options.tls_handshake_timeout);
@@ -206,63 +208,80 @@ class ConnectSession : public Frontend,
                  "http-connect client {}: no TLS handshake within {} "
                  "(--tls-handshake-timeout)",
                  peer_, core::config::format_go_duration(options.tls_handshake_timeout));
-        co_return;
+        co_return false;
       }
       if (std::get<0>(r) != std::make_tuple(std::error_code())) {
         KONN_LOG(log_, info, "http-connect client {}: TLS handshake failed: {}", peer_,
                  std::get<0>(std::get<0>(r)).message());
-        co_return;
+        co_return false;
       }
     }
     if (!has_slot_) {
       co_await reply_and_close(503, "too many frontend connections (limit " +
                                         std::to_string(options.max_frontend_streams) +
                                         ", --max-frontend-streams)\n");
-      co_return;
+      co_return false;
     }
-    // Read the CONNECT head within the header timeout (slowloris bound). The parser and the
-    // read buffer live in this block only: an idle tunnel must not keep them (16 KiB+ each).
-    std::string leftover;
-    std::string target;
+    co_return true;
+  }
+
+  struct ConnectHead {
+    std::string target;    // host:port
+    std::string leftover;  // bytes the client sent after the head
+  };
+  // Reads the CONNECT head within the header timeout (slowloris bound); on bad input answers
+  // the client and returns nothing. Its own coroutine, so that the parser and read buffer (and
+  // their frame) are gone once the tunnel is up: an idle tunnel holds none of it.
+  core::io::Awaitable<std::optional<ConnectHead>> read_head() {
+    const auto& options = router_.options();
+    ConnectHead head;
+    core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request,
+                                   static_cast<size_t>(options.http_connect_max_header_bytes));
+    std::string buf(16 * 1024, '\0');
     {
-      core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request,
-                                     static_cast<size_t>(options.http_connect_max_header_bytes));
-      std::string buf(16 * 1024, '\0');
-      {
-        asio::steady_timer deadline(stream_.get_executor(),
-                                    router_.options().http_connect_header_timeout);
-        for (;;) {
-          auto r = co_await (stream_.async_read_some(asio::buffer(buf), use_nothrow) ||
-                             deadline.async_wait(use_nothrow));
-          if (r.index() == 1) {
-            router_.metrics().limit_hit("connect_header_timeout");
-            KONN_LOG(
-                log_, info, "http-connect client {}: no complete request head in {}; closing",
-                peer_,
-                core::config::format_go_duration(router_.options().http_connect_header_timeout));
-            co_return;
-          }
-          auto [ec, n] = std::get<0>(r);
-          if (ec) co_return;
-          auto res = parser.feed(std::string_view(buf.data(), n));
-          if (res.status == core::http::Http1Parser::Status::Invalid) {
-            if (parser.error_status() == 431) router_.metrics().limit_hit("connect_header_size");
-            KONN_LOG(log_, info, "http-connect client {}: bad request: {}", peer_, parser.error());
-            co_await reply_and_close(parser.error_status(), parser.error() + "\n");
-            co_return;
-          }
-          if (res.status == core::http::Http1Parser::Status::MessageComplete) {
-            leftover.assign(buf.data() + res.consumed, n - res.consumed);
-            break;
-          }
+      asio::steady_timer deadline(stream_.get_executor(),
+                                  router_.options().http_connect_header_timeout);
+      for (;;) {
+        auto r = co_await (stream_.async_read_some(asio::buffer(buf), use_nothrow) ||
+                           deadline.async_wait(use_nothrow));
+        if (r.index() == 1) {
+          router_.metrics().limit_hit("connect_header_timeout");
+          KONN_LOG(log_, info, "http-connect client {}: no complete request head in {}; closing",
+                   peer_,
+                   core::config::format_go_duration(router_.options().http_connect_header_timeout));
+          co_return std::nullopt;
+        }
+        auto [ec, n] = std::get<0>(r);
+        if (ec) co_return std::nullopt;
+        auto res = parser.feed(std::string_view(buf.data(), n));
+        if (res.status == core::http::Http1Parser::Status::Invalid) {
+          if (parser.error_status() == 431) router_.metrics().limit_hit("connect_header_size");
+          KONN_LOG(log_, info, "http-connect client {}: bad request: {}", peer_, parser.error());
+          co_await reply_and_close(parser.error_status(), parser.error() + "\n");
+          co_return std::nullopt;
+        }
+        if (res.status == core::http::Http1Parser::Status::MessageComplete) {
+          head.leftover.assign(buf.data() + res.consumed, n - res.consumed);
+          break;
         }
       }
-      if (parser.head().method != "CONNECT") {
-        co_await reply_and_close(405, "this proxy only supports CONNECT passthrough\n");
-        co_return;
-      }
-      target = parser.head().target;
     }
+    if (parser.head().method != "CONNECT") {
+      co_await reply_and_close(405, "this proxy only supports CONNECT passthrough\n");
+      co_return std::nullopt;
+    }
+    head.target = parser.head().target;
+    co_return head;
+  }
+
+  core::io::Awaitable<void> run(std::shared_ptr<ConnectSession> self) {
+    (void)self;  // keeps this session alive for the whole coroutine
+    if (!co_await admit()) co_return;
+    auto head = co_await read_head();
+    if (!head) co_return;
+    std::string target = std::move(head->target);
+    std::string leftover = std::move(head->leftover);
+    head.reset();
     auto hp = core::net::parse_host_port(target);
     if (!hp || hp->port == 0) {
       co_await reply_and_close(400, "CONNECT target must be host:port, got \"" + target + "\"\n");
@@ -587,7 +606,9 @@ class ConnectSession : public Frontend,
   std::atomic<int64_t> to_agent_queued_{0};
   std::atomic<int64_t> credit_{0};
   std::atomic<bool> reader_paused_{false};
-  std::deque<Packet> out_;
+  // Packets for the client. A list: libstdc++'s deque allocates ~600 bytes even when empty, and
+  // most tunnels sit idle with nothing queued.
+  std::list<Packet> out_;
   size_t to_client_queued_ = 0;
   bool writing_ = false;
   int64_t consumed_ = 0;
