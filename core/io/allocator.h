@@ -25,6 +25,6 @@ size_t free_heap_bytes();
 // Runs until `ctx` stops.
 void start_memory_trimmer(asio::io_context& ctx,
                           std::chrono::milliseconds period = std::chrono::seconds(2),
-                          size_t slack = size_t{4} << 20);
+                          size_t slack = size_t{1} << 20);
 
 }  // namespace konn::core::io

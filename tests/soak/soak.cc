@@ -40,6 +40,11 @@ using core::io::use_nothrow;
 using namespace std::chrono_literals;
 using Json = nlohmann::json;
 
+// Once the fleet is quiet, how long before RSS and descriptors are sampled (after the warm-up
+// and at the end alike): two periods of the daemons' memory trimmer (core/io/allocator.h) and a
+// margin, so that both samples see the memory a daemon gives back rather than one of them.
+constexpr auto kQuietBeforeSample = 5s;
+
 struct Options {
   int tunnels = 10000;
   core::config::Duration duration = std::chrono::seconds(180);
@@ -463,7 +468,7 @@ int Soak::run() {
     }
     violation("the fleet was not idle 10 s after the warm-up:" + why);
   }
-  std::this_thread::sleep_for(1s);
+  std::this_thread::sleep_for(kQuietBeforeSample);
   for (size_t i = 0; i < fleet_->size(); ++i) fleet_->take_idle(i);
 
   // The run: paced over the duration, faults from their own seeded RNG.
@@ -522,7 +527,7 @@ int Soak::run() {
     return destination.open_connections() == 0;
   };
   wait_until(settled, o_.settle * slow);
-  std::this_thread::sleep_for(1s);
+  std::this_thread::sleep_for(kQuietBeforeSample);
   const double settle_s = seconds(Clock::now() - t_settle);
   gauges = fleet_->end_gauges();
   for (size_t i = 0; i < fleet_->size(); ++i) {
