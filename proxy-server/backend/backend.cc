@@ -226,6 +226,23 @@ void Backend::on_dial_response(Packet&& p) {
     send(make_close_request(id));
     return;
   }
+  if (connections_.find(id)) {
+    // A broken or hostile agent answered with a connectID that an open tunnel of this stream
+    // holds. Registering it would orphan that tunnel (its packets would go to this dial, and the
+    // stream's end would no longer close it), so this dial is refused instead. No CLOSE_REQ goes
+    // to the agent: for that id it would end the other tunnel.
+    router_.metrics().dial_failure("error_response");
+    KONN_LOG(log_, warn,
+             "[C{} D{} A{}] DIAL_RSP reuses connection id {}, which an open tunnel of this agent "
+             "holds; dial refused",
+             id, random, agent_id_, id);
+    auto* r = p.mutable_dialresponse();
+    r->set_connectid(0);
+    r->set_error("agent " + agent_id_ + " answered with connection id " + std::to_string(id) +
+                 ", already in use on its stream");
+    f->deliver_dial_response(std::move(p));
+    return;
+  }
   // Register before delivering: the agent's first DATA for `id` is read only after this returns.
   connections_.add(id, f);
   if (!f->deliver_dial_response(std::move(p))) {

@@ -347,3 +347,48 @@ TEST_CASE("limits: the agent's --max-endpoint-connections refuses further dials"
       10s));
   CHECK(a.process().running());
 }
+
+// reliability: proxy-server | agent answers a second dial with a connectID an open tunnel of its
+// reliability+: stream holds | that dial refused: DIAL_RSP error "... already in use on its
+// reliability+: stream", no CLOSE_REQ to the agent | warn "DIAL_RSP reuses connection id ...;
+// reliability+: dial refused" | the first tunnel carries on and ends with the agent's stream
+TEST_CASE("bad input: an agent reusing an open connectID has that dial refused",
+          "[e2e][bad-input]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  FleetServer s(certs, "dup-id", {});
+  s.start();
+  auto a = std::make_unique<FakeAgent>(s.agent_port(), certs, FakeAgent::Options{});
+  REQUIRE(a->wait_connected(10s));
+  REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 10s));
+  auto ch = s.channel();
+  AsyncDial first(ch, "10.1.1.1:80", 10s);
+  auto req = a->next(DIAL_REQ, 10s);
+  REQUIRE(req);
+  REQUIRE(a->send(make_dial_response(req->dialrequest().random(), 7)));
+  REQUIRE(first.get().tunnel);
+  auto& tunnel = *first.get().tunnel;
+
+  AsyncDial second(ch, "10.1.1.1:81", 10s);
+  req = a->next(DIAL_REQ, 10s);
+  REQUIRE(req);
+  REQUIRE(a->send(make_dial_response(req->dialrequest().random(), 7)));
+  CHECK_FALSE(second.get().tunnel);
+  CHECK(second.get().error.find("connection id 7, already in use on its stream") !=
+        std::string::npos);
+  CHECK_FALSE(a->next(CLOSE_REQ, 300ms));  // id 7 is the first tunnel's
+  CHECK(s.metric(kServer + "established_connections") == 1);
+
+  // The first tunnel still has its id: the agent's DATA for 7 reaches it.
+  REQUIRE(a->send(konn::core::tunnel::make_data(7, std::string("to the first"))));
+  std::string got;
+  while (got.size() < 12) {
+    std::string chunk;
+    REQUIRE(tunnel.read_for(&chunk, 10s) == Tunnel::ReadStatus::Data);
+    got += chunk;
+  }
+  CHECK(got == "to the first");
+  // And the agent's stream ending closes it at once, not after a CLOSE_RSP wait (10 s).
+  a.reset();
+  CHECK(eventually([&] { return s.metric(kServer + "established_connections") == 0; }, 3s));
+}
