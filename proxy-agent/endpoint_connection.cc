@@ -250,8 +250,7 @@ core::io::Awaitable<void> EndpointConnection::read_loop() {
     // Memory is taken only now that bytes are there. Small amounts get a buffer of their exact
     // size (no copy later); otherwise a full chunk so one read takes all that arrived since.
     size_t available = socket_.available(ec);
-    size_t want =
-        ec || available >= tunnel::kSmallRead ? tunnel::kReadChunk : std::max<size_t>(available, 1);
+    size_t want = tunnel::read_size_for(available, !ec);
     if (settings_.flow_control) want = std::min(want, static_cast<size_t>(credit_));
     if (want == 0) {  // cannot happen while the gate is open; stay safe anyway
       pause(PauseReason::NoCredit);

@@ -12,6 +12,13 @@ inline constexpr size_t kReadChunk = 256 * 1024;       // one socket read, one D
 inline constexpr size_t kCoalesceLimit = 1024 * 1024;  // merged pending DATA stays below this
 inline constexpr size_t kSmallRead = 32 * 1024;        // reads below this get a right-sized copy
 
+// How much to allocate for one socket read, once the socket is readable and `available` bytes
+// wait (`known`: FIONREAD answered). A few bytes, or EOF, get a buffer of their size; past
+// kSmallRead, or when unknown, a whole chunk, so one read takes all that arrived.
+inline size_t read_size_for(size_t available, bool known) {
+  return !known || available >= kSmallRead ? kReadChunk : (available > 0 ? available : 1);
+}
+
 // gRPC metadata announcing konn's per-tunnel credit extension (KONN_WINDOW_UPDATE). A peer that
 // did not send it never receives a WindowUpdate, and is never waited on for credit.
 inline constexpr char kFlowControlHeader[] = "konn-flow-control";

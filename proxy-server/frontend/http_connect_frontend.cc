@@ -11,6 +11,7 @@
 #include <asio/ssl.hpp>
 
 #include "core/http/http1_parser.h"
+#include "core/http/http1_writer.h"
 #include "core/io/asio_compat.h"
 #include "core/log/log_macros.h"
 #include "core/net/dialer.h"
@@ -35,31 +36,9 @@ using core::tunnel::make_window_update;
 
 constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
-std::string status_text(int status) {
-  switch (status) {
-    case 400:
-      return "Bad Request";
-    case 403:
-      return "Forbidden";
-    case 405:
-      return "Method Not Allowed";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 504:
-      return "Gateway Timeout";
-    default:
-      return "Error";
-  }
-}
-
 std::string error_response(int status, const std::string& body) {
-  return "HTTP/1.1 " + std::to_string(status) + " " + status_text(status) +
+  return "HTTP/1.1 " + std::to_string(status) + " " +
+         std::string(core::http::reason_phrase(status)) +
          "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
@@ -410,8 +389,7 @@ class ConnectSession : public Frontend,
         // tunnels closing at once must not allocate 256 KiB each.
         std::error_code aec;
         size_t available = lowest(stream_).available(aec);
-        want = aec || available >= core::tunnel::kSmallRead ? core::tunnel::kReadChunk
-                                                            : std::max<size_t>(available, 1);
+        want = core::tunnel::read_size_for(available, !aec);
       }
       if (closed_) co_return;
       std::string chunk(want, '\0');
