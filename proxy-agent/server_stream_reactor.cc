@@ -161,10 +161,6 @@ void ServerStreamReactor::OnWriteDone(bool ok) { handle_write_done(ok); }
 
 void ServerStreamReactor::OnDone(const grpc::Status& status) {
   mark_done();
-  {
-    std::lock_guard lock(mu_);
-    done_seen_ = true;
-  }
   std::string why = status.ok() ? std::string("stream finished")
                                 : "stream ended: " + std::to_string(status.error_code()) + " " +
                                       status.error_message();
@@ -233,10 +229,10 @@ void ServerStreamReactor::on_read_end() {
 }
 
 bool ServerStreamReactor::cancel_if_end_overdue(std::chrono::steady_clock::duration grace) {
+  if (done()) return false;
   {
     std::lock_guard lock(mu_);
-    if (done_seen_ || overdue_cancelled_ ||
-        read_ended_at_ == std::chrono::steady_clock::time_point{} ||
+    if (overdue_cancelled_ || read_ended_at_ == std::chrono::steady_clock::time_point{} ||
         std::chrono::steady_clock::now() - read_ended_at_ < grace) {
       return false;
     }

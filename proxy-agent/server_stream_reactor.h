@@ -135,7 +135,6 @@ class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
   std::string handshake_error_;
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point read_ended_at_;  // zero until on_read_end
-  bool done_seen_ = false;                               // OnDone ran
   bool overdue_cancelled_ = false;
 
   // Stream errors (stream_errors_total), reported from OnDone once the status is known.

@@ -686,12 +686,7 @@ TEST_CASE(
   REQUIRE(s);
   REQUIRE(eventually([&] { return app.servers().connected() == 1; }));
   // proto3 refuses a string that is not UTF-8: the agent's read fails on this packet.
-  Packet bad;
-  bad.set_type(DIAL_REQ);
-  bad.mutable_dialrequest()->set_protocol("tcp");
-  bad.mutable_dialrequest()->set_address(std::string("\xff\xfe:80"));
-  bad.mutable_dialrequest()->set_random(7);
-  REQUIRE(s->write(bad));
+  REQUIRE(s->write(dial("\xff\xfe:80", 7)));
   REQUIRE(s->wait_ended(seconds(10)));  // the agent cancelled the call
   CHECK(app.stats().server_recv_failures >= 1);  // a broken stream, not a clean end
   auto again = server.session(1);

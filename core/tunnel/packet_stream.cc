@@ -104,6 +104,11 @@ bool PacketStream::closing() const {
   return closing_;
 }
 
+bool PacketStream::done() const {
+  std::lock_guard lock(mu_);
+  return done_;
+}
+
 size_t PacketStream::queued_bytes() const {
   std::lock_guard lock(mu_);
   return queued_bytes_;

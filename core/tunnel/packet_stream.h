@@ -62,6 +62,8 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   void resume_reading(relay::PauseReason reason);
 
   bool closing() const;
+  // OnDone ran (mark_done): the call is over.
+  bool done() const;
   // Bytes of DATA waiting in (or being written from) the outbound queue.
   size_t queued_bytes() const;
 
