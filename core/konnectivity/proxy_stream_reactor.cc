@@ -79,8 +79,13 @@ void ProxyStreamReactor::OnDone(const grpc::Status& status) {
   auto last = std::move(self_);
   if (events) events->on_stream_end(status);
   events.reset();
+  // `last` may be the final reference: nothing touches members after this. It goes before
+  // tracker->done(): the reactor's ClientContext holds a reference to the channel, and once done()
+  // lets ~Dialer drop the Dialer's own, destroying the reactor here could destroy the channel on
+  // this gRPC thread, whose completion queue the channel's destructor shuts down and frees under
+  // our feet (gRPC aborts: "assertion failed: prior > 0" in grpc_cq_internal_unref).
+  last.reset();
   if (tracker) tracker->done();
-  // `last` may be the final reference: nothing touches members after this.
 }
 
 }  // namespace konn::core::konnectivity
