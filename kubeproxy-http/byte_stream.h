@@ -118,19 +118,21 @@ class ByteStream {
   bool is_open() { return lowest().is_open(); }
 
   // Waits until a read would not block, so a caller can take its buffer only then. Plain sockets
-  // only: a TLS stream may hold decrypted bytes its socket no longer shows, and a tunnel has no
-  // socket, so for them it returns at once.
+  // only (a Konnectivity tunnel that is a unix socket included): a TLS stream may hold decrypted
+  // bytes its socket no longer shows, and a gRPC tunnel has no socket, so for them it returns at
+  // once (can_wait_readable() is false).
   core::io::Awaitable<std::error_code> wait_readable() {
     if (auto* t = std::get_if<Tcp>(&impl_)) {
       auto [ec] = co_await t->async_wait(asio::socket_base::wait_read, core::io::use_nothrow);
       co_return ec;
     }
-    if (auto* u = std::get_if<Unix>(&impl_)) {
+    if (auto* u = plain_unix()) {
       auto [ec] = co_await u->async_wait(asio::socket_base::wait_read, core::io::use_nothrow);
       co_return ec;
     }
     co_return std::error_code();
   }
+  bool can_wait_readable() { return std::holds_alternative<Tcp>(impl_) || plain_unix() != nullptr; }
 
   // The underlying socket, for options (keepalive, nodelay).
   // Bytes that a read would return without waiting for the network: TLS plaintext already
@@ -159,6 +161,13 @@ class ByteStream {
   std::unique_ptr<Tls> release_tls() {
     auto* s = std::get_if<std::unique_ptr<Tls>>(&impl_);
     return s != nullptr ? std::move(*s) : nullptr;
+  }
+
+  // The unix socket, when this is one or a Konnectivity tunnel that is one.
+  Unix* plain_unix() {
+    if (auto* u = std::get_if<Unix>(&impl_)) return u;
+    if (auto* k = std::get_if<std::unique_ptr<Konnectivity>>(&impl_)) return (*k)->unix_socket();
+    return nullptr;
   }
 
   Tcp* tcp() {

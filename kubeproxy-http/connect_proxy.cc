@@ -91,6 +91,7 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
       break;
     }
   }
+  std::vector<char>().swap(buf);  // the head is read: a tunnel's life holds no read buffer
   const auto& h = parser.head();
   if (metrics_ != nullptr) metrics_->request("connect");
   if (h.method != "CONNECT") {

@@ -1,6 +1,7 @@
 #include "kubeproxy-http/upgrade.h"
 
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "core/http/http1_parser.h"
@@ -10,17 +11,27 @@ namespace {
 
 core::io::Awaitable<void> pump(ByteStream& from, ByteStream& to, size_t buffer_size,
                                uint64_t& bytes, std::error_code& error, bool& failed) {
-  std::vector<char> buf(buffer_size);
+  // The buffer is taken once `from` is readable and given back when a read drained it, so an
+  // idle relay holds none (streams that cannot wait without reading hold it while they wait).
+  const bool lazy = from.can_wait_readable();
+  std::unique_ptr<char[]> buf;
   for (;;) {
-    auto [rec, n] = co_await from.read_some(asio::buffer(buf));
+    std::error_code rec;
+    size_t n = 0;
+    if (lazy) rec = co_await from.wait_readable();
+    if (!rec) {
+      if (!buf) buf = std::make_unique_for_overwrite<char[]>(buffer_size);
+      std::tie(rec, n) = co_await from.read_some(asio::buffer(buf.get(), buffer_size));
+    }
     if (n > 0) {
-      auto [wec, w] = co_await to.write(asio::buffer(buf.data(), n));
+      auto [wec, w] = co_await to.write(asio::buffer(buf.get(), n));
       bytes += w;
       if (wec) {
         if (!error) error = wec;
         break;
       }
     }
+    if (lazy && n < buffer_size) buf.reset();
     if (rec) {
       // A TLS peer that closes without close_notify reports stream_truncated: treat as EOF.
       if (rec != asio::error::eof && rec != asio::ssl::error::stream_truncated && !error) {
@@ -90,6 +101,7 @@ core::io::Awaitable<UpgradeOutcome> finish_upgrade(ByteStream& downstream, ByteS
     downstream.shutdown_send();
     co_return out;
   }
+  std::vector<char>().swap(buf);  // not held for the upgraded connection's life
   out.relayed = co_await relay_streams(downstream, upstream);
   co_return out;
 }
