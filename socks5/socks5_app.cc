@@ -9,6 +9,7 @@
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/log/log_macros.h"
+#include "core/log/rate_limit.h"
 
 namespace konn::socks5 {
 
@@ -146,7 +147,13 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor) {
     auto slot = registry_.admit(peer.address(), socket.get_executor(), &refusal);
     if (!slot) {
       metrics_.session_refused(refusal.limit);
-      KONN_LOG(logger(), warn, "refused {}: {}", peer.address().to_string(), refusal.text);
+      // A client hammering a limit gets one line a second; the metric counts every refusal.
+      static core::log::RateLimit refusals_logged;
+      if (uint64_t held = 0; refusals_logged.allow(&held)) {
+        KONN_LOG(logger(), warn, "refused {}: {}{}", peer.address().to_string(), refusal.text,
+                 held > 0 ? " (" + std::to_string(held) + " more refusals since the last line)"
+                          : std::string());
+      }
       continue;  // the socket closes here, unanswered
     }
     SessionEnv env{options_,

@@ -1,6 +1,7 @@
 #include "proxy-server/tunnel/router.h"
 
 #include "core/log/log_macros.h"
+#include "core/log/rate_limit.h"
 #include "proxy-server/backend/backend.h"
 
 namespace konn::server {
@@ -9,6 +10,22 @@ namespace {
 std::shared_ptr<spdlog::logger> limits_log() {
   static const auto logger = core::log::get("server.limits");
   return logger;
+}
+
+// A flood of dials refused at one limit logs one line a second (the metric counts every one);
+// each limit has its own allowance, so one being hit never hides another.
+core::log::RateLimit& dial_refusal_log_limit(const char* limit) {
+  static core::log::RateLimit tunnels_per_agent, pending, pending_per_agent, other;
+  std::string_view l = limit != nullptr ? limit : "";
+  if (l == "tunnels_per_agent") return tunnels_per_agent;
+  if (l == "pending_dials") return pending;
+  if (l == "pending_dials_per_agent") return pending_per_agent;
+  return other;
+}
+
+// What a rate-limited line adds about the lines it stands for.
+std::string held_back_note(uint64_t held) {
+  return held > 0 ? " (" + std::to_string(held) + " more since the last such line)" : "";
 }
 
 std::vector<ProxyStrategy> strategies_of(const ServerOptions& o) {
@@ -43,10 +60,13 @@ bool Router::acquire_frontend(const std::string& peer) {
   if (limit > 0 && now > limit) {
     frontends_.fetch_sub(1);
     metrics_.limit_hit("frontend_streams");
-    KONN_LOG(limits_log(), warn,
-             "frontend from {} refused: {} frontend streams open "
-             "(--max-frontend-streams)",
-             peer, limit);
+    // A client hammering the limit gets one line a second; the metric counts every refusal.
+    static core::log::RateLimit refusals_logged;
+    if (uint64_t held = 0; refusals_logged.allow(&held)) {
+      KONN_LOG(limits_log(), warn,
+               "frontend from {} refused: {} frontend streams open (--max-frontend-streams){}",
+               peer, limit, held_back_note(held));
+    }
     return false;
   }
   return true;
@@ -59,7 +79,10 @@ std::optional<Router::DialRefusal> Router::add_pending(int64_t random,
                                                        const Backend& backend) {
   auto refuse = [&](const char* limit, std::string error, int status) {
     if (limit != nullptr) metrics_.limit_hit(limit);
-    KONN_LOG(limits_log(), warn, "[D{} A{}] dial refused: {}", random, backend.agent_id(), error);
+    if (uint64_t held = 0; dial_refusal_log_limit(limit).allow(&held)) {
+      KONN_LOG(limits_log(), warn, "[D{} A{}] dial refused: {}{}", random, backend.agent_id(),
+               error, held_back_note(held));
+    }
     return DialRefusal{std::move(error), status};
   };
   auto per_agent = static_cast<size_t>(options_.max_tunnels_per_agent);

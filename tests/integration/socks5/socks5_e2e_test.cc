@@ -361,6 +361,10 @@ TEST_CASE("SIGTERM drains: live sessions finish, new ones are refused, then exit
   CHECK(socks.log_has("all sessions closed"));
 }
 
+// reliability: socks5 | a flood of connections over --max-sessions | each closed without a byte
+// reliability+: and counted (`konn_socks5_sessions_refused_total`) | warn "refused ...: max-sessions
+// reliability+: 1 reached", one line a second at most, with "(N more refusals since the last line)" |
+// reliability+: the open session
 TEST_CASE("max-sessions limit: the extra connection is closed and logged, the first keeps working",
           "[e2e]") {
   TempDir dir;
@@ -377,6 +381,27 @@ TEST_CASE("max-sessions limit: the extra connection is closed and logged, the fi
   CHECK(recv_bounded(second.s.native_handle(), 2).empty());  // closed without an answer
   CHECK(socks.log_has("refused 127.0.0.1: max-sessions 1 reached"));
   CHECK(socks.metric(R"(konn_socks5_sessions_refused_total{limit="max_sessions"})") == 1);
+
+  // A flood at the limit: every refusal is counted, but the log gets about a line a second.
+  constexpr int kFlood = 200;
+  for (int i = 0; i < kFlood; ++i) {
+    RawClient extra(socks.port());
+    CHECK(recv_bounded(extra.s.native_handle(), 1).empty());
+  }
+  const std::string refused = R"(konn_socks5_sessions_refused_total{limit="max_sessions"})";
+  for (int i = 0; i < 100 && socks.metric(refused) < 1 + kFlood; ++i) {
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(socks.metric(refused) == 1 + kFlood);
+  std::string log = socks.log();
+  size_t lines = 0;
+  for (size_t at = log.find("max-sessions 1 reached"); at != std::string::npos;
+       at = log.find("max-sessions 1 reached", at + 1)) {
+    ++lines;
+  }
+  INFO(log);
+  CHECK(lines >= 1);
+  CHECK(lines <= 20);
 
   std::string get = "GET / HTTP/1.0\r\n\r\n";
   first.send(Bytes(get.begin(), get.end()));
