@@ -75,16 +75,27 @@ struct KubeproxyApp::Impl {
 
   // Runs one accepted connection on its own io_context.
   template <typename Socket>
-  void start_session(Socket sock, std::string peer) {
+  void start_session(Socket sock, std::string peer, core::io::DescriptorReserve::Lease lease) {
     auto ex = sock.get_executor();
     if (listener_tls) {
       if constexpr (std::is_same_v<typename Socket::protocol_type, asio::ip::tcp>) {
-        asio::co_spawn(ex, tls_session(asio::ip::tcp::socket(std::move(sock)), std::move(peer)),
+        asio::co_spawn(ex,
+                       leased(tls_session(asio::ip::tcp::socket(std::move(sock)), std::move(peer)),
+                              std::move(lease)),
                        log_failure());
       }
       return;
     }
-    asio::co_spawn(ex, session(ByteStream(std::move(sock)), std::move(peer)), log_failure());
+    asio::co_spawn(ex,
+                   leased(session(ByteStream(std::move(sock)), std::move(peer)), std::move(lease)),
+                   log_failure());
+  }
+
+  // Runs `s` holding `lease` (its sockets' descriptor states) until it ends.
+  static core::io::Awaitable<void> leased(core::io::Awaitable<void> s,
+                                          core::io::DescriptorReserve::Lease lease) {
+    co_await std::move(s);
+    lease.reset();
   }
 
   core::io::Awaitable<void> tls_session(asio::ip::tcp::socket sock, std::string peer) {
@@ -144,8 +155,10 @@ struct KubeproxyApp::Impl {
   template <typename Acceptor>
   core::io::Awaitable<void> accept_loop(Acceptor& acceptor) {
     for (;;) {
-      auto& ctx = pool.next();
-      auto [ec, sock] = co_await acceptor.async_accept(ctx, core::io::use_nothrow);
+      // The lease (client and upstream sockets) is taken before the accept: the accepted socket
+      // registers on place.ctx at once.
+      auto place = pool.place(2);
+      auto [ec, sock] = co_await acceptor.async_accept(place.ctx, core::io::use_nothrow);
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
         KONN_LOG(log, warn, "accept: {}", ec.message());
@@ -161,7 +174,7 @@ struct KubeproxyApp::Impl {
         std::error_code ignored;
         sock.set_option(asio::ip::tcp::no_delay(true), ignored);
       }
-      start_session(std::move(sock), std::move(peer));
+      start_session(std::move(sock), std::move(peer), std::move(place.lease));
     }
   }
 };

@@ -45,8 +45,10 @@ EndpointConnection::EndpointConnection(asio::io_context& ctx,
                                        std::shared_ptr<ConnectionTable> table, int64_t connect_id,
                                        int64_t dial_id, std::string server_id,
                                        const EndpointSettings& settings,
-                                       std::shared_ptr<AgentStats> stats)
-    : ctx_(ctx),
+                                       std::shared_ptr<AgentStats> stats,
+                                       core::io::DescriptorReserve::Lease lease)
+    : lease_(std::move(lease)),
+      ctx_(ctx),
       stream_(std::move(stream)),
       table_(std::move(table)),
       connect_id_(connect_id),

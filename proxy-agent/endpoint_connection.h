@@ -13,6 +13,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "core/io/asio_compat.h"
+#include "core/io/descriptor_reserve.h"
 #include "core/net/destination_policy.h"
 #include "core/relay/read_gate.h"
 #include "core/tunnel/packet_stream.h"
@@ -69,7 +70,8 @@ class EndpointConnection : public core::tunnel::WriteListener,
   EndpointConnection(asio::io_context& ctx, std::shared_ptr<core::tunnel::PacketStream> stream,
                      std::shared_ptr<ConnectionTable> table, int64_t connect_id, int64_t dial_id,
                      std::string server_id, const EndpointSettings& settings,
-                     std::shared_ptr<AgentStats> stats);
+                     std::shared_ptr<AgentStats> stats,
+                     core::io::DescriptorReserve::Lease lease = {});
   ~EndpointConnection() override;
 
   // Dials `address` ("host:port"); answers DIAL_RSP with the connectID or the dial's error.
@@ -127,6 +129,8 @@ class EndpointConnection : public core::tunnel::WriteListener,
   void endpoint_eof();
   void maybe_shutdown_write();
 
+  // The socket's descriptor state on ctx_ (WorkerPool::place). First, so it is returned last.
+  core::io::DescriptorReserve::Lease lease_;
   asio::io_context& ctx_;
   std::shared_ptr<core::tunnel::PacketStream> stream_;
   std::shared_ptr<ConnectionTable> table_;

@@ -360,8 +360,10 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
   }
   settings.half_close = req.konnhalfclose();
   int64_t id = table_->allocate_connect_id();
-  auto conn = std::make_shared<EndpointConnection>(pool_.next(), shared_from_this(), table_, id,
-                                                   random, server_id, settings, stats_);
+  auto place = pool_.place();
+  auto conn =
+      std::make_shared<EndpointConnection>(place.ctx, shared_from_this(), table_, id, random,
+                                           server_id, settings, stats_, std::move(place.lease));
   if (!table_->add_dial(random, conn)) {
     KONN_LOG((&logger()), warn, "{}refusing dial {}: dial id {} already in use", log_prefix(),
              address, random);

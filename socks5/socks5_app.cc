@@ -127,8 +127,22 @@ core::net::Resolver& Socks5App::resolver_for(const asio::any_io_executor& ex) {
   return *resolvers_.front().second;
 }
 
-core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor) {
+namespace {
+
+// Runs `session` holding `lease` (its client and destination sockets' states) until it ends.
+core::io::Awaitable<void> leased(core::io::Awaitable<void> session,
+                                 core::io::DescriptorReserve::Lease lease) {
+  co_await std::move(session);
+  lease.reset();
+}
+
+}  // namespace
+
+core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor,
+                                                 core::io::DescriptorReserve& reserve) {
   for (;;) {
+    // Taken before the accept: the accepted socket registers on this worker at once.
+    auto lease = reserve.take(2);
     auto [ec, socket] = co_await acceptor.async_accept(core::io::use_nothrow);
     if (ec) {
       if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
@@ -164,7 +178,9 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor) {
                    &metrics_};
     // The session starts on this thread and stays on it.
     auto ex = socket.get_executor();
-    asio::co_spawn(ex, run_session(std::move(socket), env, std::move(slot)), asio::detached);
+    asio::co_spawn(ex,
+                   leased(run_session(std::move(socket), env, std::move(slot)), std::move(lease)),
+                   asio::detached);
   }
 }
 
@@ -226,8 +242,9 @@ int Socks5App::run() {
         registry_.close_all();
         drain_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       });
-  for (auto& a : acceptors_) {
-    asio::co_spawn(a->get_executor(), accept_loop(*a), asio::detached);
+  for (size_t i = 0; i < acceptors_.size(); ++i) {
+    asio::co_spawn(acceptors_[i]->get_executor(), accept_loop(*acceptors_[i], pool_.reserve(i)),
+                   asio::detached);
   }
   pool_.start();
   auto ep = endpoint_;

@@ -42,7 +42,8 @@ class Socks5App {
   Socks5Metrics& metrics() { return metrics_; }
 
  private:
-  core::io::Awaitable<void> accept_loop(asio::ip::tcp::acceptor& acceptor);
+  core::io::Awaitable<void> accept_loop(asio::ip::tcp::acceptor& acceptor,
+                                        core::io::DescriptorReserve& reserve);
   void begin_shutdown();
   void poll_drain();
   core::net::Resolver& resolver_for(const asio::any_io_executor& ex);

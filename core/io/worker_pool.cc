@@ -13,6 +13,7 @@ WorkerPool::WorkerPool(unsigned threads) {
     // on its first socket or timer: an idle daemon then has the same descriptor count right
     // after it starts as after it carried traffic, so a leak shows as a difference.
     asio::steady_timer prime(*contexts_.back());
+    reserves_.push_back(std::make_unique<DescriptorReserve>(*contexts_.back()));
   }
 }
 
@@ -38,6 +39,11 @@ void WorkerPool::stop() {
 
 asio::io_context& WorkerPool::next() {
   return *contexts_[next_.fetch_add(1, std::memory_order_relaxed) % contexts_.size()];
+}
+
+WorkerPool::Placement WorkerPool::place(size_t sockets) {
+  size_t i = next_.fetch_add(1, std::memory_order_relaxed) % contexts_.size();
+  return Placement{*contexts_[i], reserves_[i]->take(sockets)};
 }
 
 }  // namespace konn::core::io

@@ -7,6 +7,8 @@
 
 #include <asio/io_context.hpp>
 
+#include "core/io/descriptor_reserve.h"
+
 namespace konn::core::io {
 
 // N threads, each running its own io_context (the Asio "io_context per thread" pool). A
@@ -27,10 +29,23 @@ class WorkerPool {
 
   // Round-robin choice of a context for a new connection. Thread-safe.
   asio::io_context& next();
+
+  // The same choice, with a lease on `sockets` descriptor states of that context (see
+  // DescriptorReserve): for a connection that will register sockets there. Take it before the
+  // sockets are opened or accepted, and keep it for the connection's life.
+  struct Placement {
+    asio::io_context& ctx;
+    DescriptorReserve::Lease lease;
+  };
+  Placement place(size_t sockets = 1);
+  DescriptorReserve& reserve(size_t i) { return *reserves_[i]; }
   asio::io_context& at(size_t i) { return *contexts_[i]; }
   size_t size() const { return contexts_.size(); }
 
  private:
+  // Before contexts_: a context's handlers may still hold leases when it is destroyed (leases
+  // share their counts, so this order is for tidiness, not safety).
+  std::vector<std::unique_ptr<DescriptorReserve>> reserves_;  // one per context
   std::vector<std::unique_ptr<asio::io_context>> contexts_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
   std::vector<std::thread> threads_;

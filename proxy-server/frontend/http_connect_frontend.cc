@@ -70,8 +70,10 @@ template <typename Stream>
 class ConnectSession : public Frontend,
                        public std::enable_shared_from_this<ConnectSession<Stream>> {
  public:
-  ConnectSession(Stream stream, Router& router, std::string peer)
-      : stream_(std::move(stream)),
+  ConnectSession(Stream stream, Router& router, std::string peer,
+                 core::io::DescriptorReserve::Lease lease)
+      : lease_(std::move(lease)),
+        stream_(std::move(stream)),
         router_(router),
         log_(core::log::get("server.http-connect")),
         peer_(std::move(peer)),
@@ -560,6 +562,8 @@ class ConnectSession : public Frontend,
                   close_reason_, address_, bytes_from_client_, bytes_to_client_);
   }
 
+  // The socket's descriptor state (WorkerPool::place). First, so it is returned last.
+  core::io::DescriptorReserve::Lease lease_;
   Stream stream_;
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
@@ -691,12 +695,15 @@ void HttpConnectServer::stop() {
 }
 
 void HttpConnectServer::accept_unix() {
+  // The lease is taken before the accept: the accepted socket registers on place.ctx at once.
+  auto place = pool_.place();
   unix_acceptor_->async_accept(
-      pool_.next(), [this](std::error_code ec, asio::local::stream_protocol::socket s) {
+      place.ctx, [this, lease = std::move(place.lease)](
+                     std::error_code ec, asio::local::stream_protocol::socket s) mutable {
         if (ec == asio::error::operation_aborted || !unix_acceptor_->is_open()) return;
         if (!ec) {
-          std::make_shared<ConnectSession<asio::local::stream_protocol::socket>>(std::move(s),
-                                                                                 router_, "unix")
+          std::make_shared<ConnectSession<asio::local::stream_protocol::socket>>(
+              std::move(s), router_, "unix", std::move(lease))
               ->start();
         }
         accept_unix();
@@ -704,7 +711,9 @@ void HttpConnectServer::accept_unix() {
 }
 
 void HttpConnectServer::accept_tcp() {
-  tcp_acceptor_->async_accept(pool_.next(), [this](std::error_code ec, asio::ip::tcp::socket s) {
+  auto place = pool_.place();
+  tcp_acceptor_->async_accept(place.ctx, [this, lease = std::move(place.lease)](
+                                             std::error_code ec, asio::ip::tcp::socket s) mutable {
     if (ec == asio::error::operation_aborted || !tcp_acceptor_->is_open()) return;
     if (!ec) {
       core::net::set_nodelay(s);
@@ -712,7 +721,8 @@ void HttpConnectServer::accept_tcp() {
       auto ep = s.remote_endpoint(pec);
       std::string peer = pec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
       std::make_shared<ConnectSession<asio::ssl::stream<asio::ip::tcp::socket>>>(
-          asio::ssl::stream<asio::ip::tcp::socket>(std::move(s), *tls_), router_, peer)
+          asio::ssl::stream<asio::ip::tcp::socket>(std::move(s), *tls_), router_, peer,
+          std::move(lease))
           ->start();
     }
     accept_tcp();
