@@ -165,6 +165,7 @@ core::io::Awaitable<void> pump(From& from, To& to, size_t pipe_bytes, uint64_t& 
       pipe.reusable = true;
       pipe.release();
       auto [ec] = co_await from.async_wait(asio::socket_base::wait_read, core::io::use_nothrow);
+      if (failed) break;  // the other direction failed and closed both sockets meanwhile
       if (ec) {
         error = ec;
         break;
@@ -212,6 +213,7 @@ core::io::Awaitable<void> pump(From& from, To& to, size_t pipe_bytes, uint64_t& 
         break;
       }
       auto [ec] = co_await to.async_wait(asio::socket_base::wait_write, core::io::use_nothrow);
+      if (failed) break;
       if (ec) {
         error = ec;
         break;

@@ -11,6 +11,7 @@
 #include "bench/loadgen/workloads.h"
 #include "core/config/flag_parser.h"
 #include "core/io/allocator.h"
+#include "core/io/shutdown.h"
 
 namespace {
 
@@ -31,6 +32,7 @@ void raise_fd_limit() {
 int main(int argc, char** argv) {
   // As the daemons: a client standing in for kube-apiserver (Go, whose allocator keeps its
   // buffers) must not spend its time page-faulting 256 KiB DATA buffers back in.
+  konn::core::io::ignore_broken_pipe_signal();
   konn::core::io::tune_allocator_for_relaying();
   if (argc < 2 || argv[1][0] == '-') {
     std::fprintf(stderr, "%s\n", kUsage);

@@ -4,6 +4,8 @@
 
 namespace konn::core::io {
 
+void ignore_broken_pipe_signal() { std::signal(SIGPIPE, SIG_IGN); }
+
 ShutdownSignals::ShutdownSignals(asio::io_context& ctx, std::function<void(int)> on_first,
                                  std::function<void(int)> on_second)
     : signals_(ctx, SIGINT, SIGTERM),

@@ -272,7 +272,13 @@ ExecOutput run_exec_plugin(const ExecConfig& x, std::chrono::milliseconds timeou
   posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  // The daemons ignore SIGPIPE (core::io::ignore_broken_pipe_signal), and an ignored signal
+  // would stay ignored in the plugin: it starts with the default, as from a shell.
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setpgroup(&attr, 0);
   std::vector<std::string> argv_s{x.command};
   argv_s.insert(argv_s.end(), x.args.begin(), x.args.end());

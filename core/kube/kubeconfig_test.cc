@@ -290,6 +290,36 @@ current-context: x
   }
 }
 
+TEST_CASE("an exec plugin starts with SIGPIPE at its default though the daemon ignores it",
+          "[kubeconfig]") {
+  TempDir d;
+  auto previous = std::signal(SIGPIPE, SIG_IGN);  // as every daemon's main() does
+  std::string seen = (d.path / "sigign").string();
+  std::string plugin =
+      d.write("plugin.sh", "#!/bin/sh\ngrep SigIgn /proc/$$/status > " + seen +
+                               "\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+                               "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'\n");
+  fs::permissions(plugin, fs::perms::owner_all);
+  std::string cfg = d.write("config", R"(
+clusters: [{name: c, cluster: {server: "https://h:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: ./plugin.sh}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+)");
+  KubeconfigOverrides o;
+  o.kubeconfig = cfg;
+  auto rc = load_rest_config(o, no_env());
+  CredentialSource creds(rc);
+  CHECK(creds.current().authorization == "Bearer t");
+  std::signal(SIGPIPE, previous);
+  std::ifstream in(seen);
+  std::string label, mask;
+  in >> label >> mask;
+  REQUIRE(label == "SigIgn:");
+  unsigned long long ignored = std::stoull(mask, nullptr, 16);
+  CHECK((ignored & (1ULL << (SIGPIPE - 1))) == 0);
+}
+
 TEST_CASE("base64 encodes with padding and round-trips through decode", "[kubeconfig]") {
   CHECK(encode_base64("") == "");
   CHECK(encode_base64("f") == "Zg==");

@@ -219,19 +219,26 @@ HttpServer::HttpServer(std::string body, const std::string& address)
       std::error_code ec;
       acceptor_.accept(s, ec);
       if (ec) return;
-      std::thread([this, s = std::move(s)]() mutable {
+      std::lock_guard lock(mu_);
+      open_.insert(s.native_handle());
+      served_.emplace_back([this, s = std::move(s)]() mutable {
+        int fd = s.native_handle();
         std::string req;
         std::error_code e;
         asio::read_until(s, asio::dynamic_buffer(req), "\r\n\r\n", e);
-        if (e) return;
-        ++requests_;
-        std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " +
-                           std::to_string(body_.size()) + "\r\nConnection: close\r\n\r\n" + body_;
-        asio::write(s, asio::buffer(resp), e);
-        s.shutdown(tcp::socket::shutdown_send, e);
-        char sink[256];
-        while (!e) s.read_some(asio::buffer(sink), e);
-      }).detach();
+        if (!e) {
+          ++requests_;
+          std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " +
+                             std::to_string(body_.size()) + "\r\nConnection: close\r\n\r\n" + body_;
+          asio::write(s, asio::buffer(resp), e);
+          s.shutdown(tcp::socket::shutdown_send, e);
+          char sink[256];
+          while (!e) s.read_some(asio::buffer(sink), e);
+        }
+        std::lock_guard done(mu_);
+        s.close(e);
+        open_.erase(fd);
+      });
     }
   });
 }
@@ -239,6 +246,13 @@ HttpServer::HttpServer(std::string body, const std::string& address)
 HttpServer::~HttpServer() {
   ::shutdown(acceptor_.native_handle(), SHUT_RDWR);
   thread_.join();
+  std::vector<std::thread> served;
+  {
+    std::lock_guard lock(mu_);
+    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
+    served.swap(served_);
+  }
+  for (auto& t : served) t.join();
 }
 
 FakeDns::FakeDns(std::map<std::string, std::string> records)

@@ -9,6 +9,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <sys/types.h>
 #include <thread>
@@ -102,6 +104,11 @@ class HttpServer {
   std::string body_;
   uint16_t port_;
   std::atomic<int> requests_{0};
+  // Connections being served, each on a thread of its own with a socket of ctx_: the
+  // destructor shuts them down and joins their threads, so no socket outlives ctx_.
+  std::mutex mu_;
+  std::set<int> open_;
+  std::vector<std::thread> served_;
 };
 
 // A DNS server (UDP) answering A queries from `records` and NXDOMAIN for anything else.

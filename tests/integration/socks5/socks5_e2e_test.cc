@@ -361,6 +361,68 @@ TEST_CASE("SIGTERM drains: live sessions finish, new ones are refused, then exit
   CHECK(socks.log_has("all sessions closed"));
 }
 
+namespace {
+
+// Sends bytes to every connection it accepts until the connection fails (a destination that
+// never stops: a download in full flow).
+class Flood {
+ public:
+  Flood() : acceptor_(ctx_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    thread_ = std::thread([this] {
+      std::vector<char> chunk(64 * 1024, 'x');
+      for (;;) {
+        std::error_code ec;
+        tcp::socket s(ctx_);
+        acceptor_.accept(s, ec);
+        if (ec) return;
+        while (::send(s.native_handle(), chunk.data(), chunk.size(), MSG_NOSIGNAL) > 0) {
+        }
+      }
+    });
+  }
+  ~Flood() {
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);
+    thread_.join();
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  asio::io_context ctx_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+// reliability: socks5 | a client resets its connection while a spliced download is writing to it
+// reliability+: (splice(2) into that socket raises SIGPIPE) | the session closes | info "close ...
+// reliability+: reason=..." | socks5 (SIGPIPE is ignored; it used to kill the daemon)
+TEST_CASE("clients that reset mid-download do not kill socks5", "[e2e]") {
+  TempDir dir;
+  Flood flood;
+  Socks5Daemon socks(dir);
+  for (int i = 0; i < 30; ++i) {
+    RawClient c(socks.port());
+    c.send({0x05, 0x01, 0x00});
+    REQUIRE(c.recv(2) == Bytes{0x05, 0x00});
+    c.send(ipv4_request(0x01, asio::ip::make_address_v4("127.0.0.1"), flood.port()));
+    REQUIRE(c.recv(10)[1] == 0x00);
+    REQUIRE(c.recv(256 * 1024).size() == 256 * 1024);  // the relay is in full flow
+    // Reset (RST, not FIN) while socks5 keeps writing.
+    linger l{1, 0};
+    ::setsockopt(c.s.native_handle(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    c.s.close();
+  }
+  std::this_thread::sleep_for(200ms);
+  REQUIRE(socks.process().wait(0ms) == -1);  // still running
+  HttpServer http("still here\n");
+  RawClient after(socks.port());
+  after.send({0x05, 0x01, 0x00});
+  REQUIRE(after.recv(2) == Bytes{0x05, 0x00});
+  after.send(ipv4_request(0x01, asio::ip::make_address_v4("127.0.0.1"), http.port()));
+  CHECK(after.recv(10)[1] == 0x00);
+}
+
 // reliability: socks5 | a flood of connections over --max-sessions | each closed without a byte
 // reliability+: and counted (`konn_socks5_sessions_refused_total`) | warn "refused ...: max-sessions
 // reliability+: 1 reached", one line a second at most, with "(N more refusals since the last line)" |
