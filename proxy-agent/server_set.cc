@@ -293,13 +293,19 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
   {
     std::lock_guard lock(mu_);
     stopping = stopping_;
-    if (!stopping) {
-      ++live_;
-      pending_ = reactor;
-    }
+    if (!stopping) ++live_;
   }
   if (stopping) co_return Outcome::Failed;
+  // Started before it is published as pending_: stop() may close pending_ at once from another
+  // thread, and closing issues the stream's finish operation, which needs a started call (UBSan
+  // caught StartWritesDone on an unbound reactor).
   reactor->start();
+  {
+    std::lock_guard lock(mu_);
+    stopping = stopping_;
+    if (!stopping) pending_ = reactor;
+  }
+  if (stopping) reactor->close(grpc::Status(grpc::StatusCode::CANCELLED, "agent stopping"), true);
   attempt->timer.expires_after(kHandshakeTimeout);
   co_await attempt->timer.async_wait(use_nothrow);
   if (!attempt->done) {
