@@ -21,7 +21,7 @@ namespace konn::core::io {
 // block is allocated by opening kBlock sockets at once and closing them. Connections take a
 // Lease for the sockets they will register on the context, before they register them; when the
 // leases would pass what was reserved, another block is reserved first. The same 10 000 tunnels
-// then leave about 1 MiB behind. The cost is at most one block of states per context beyond the
+// then leave 3.5-5 MiB behind. The cost is at most one block of states per context beyond the
 // peak (45 KiB), and kBlock file descriptors held for the microseconds a block takes.
 //
 // Thread-safe: Asio locks socket registration, so a block may be reserved from any thread.
