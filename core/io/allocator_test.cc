@@ -9,22 +9,14 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/support/rss.h"
 #include "tests/support/sanitizers.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-// Resident set of this process, in bytes (/proc/self/statm, second field, in pages).
-size_t rss_bytes() {
-  long pages = 0;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    long size = 0;
-    if (std::fscanf(f, "%ld %ld", &size, &pages) != 2) pages = 0;
-    std::fclose(f);
-  }
-  return static_cast<size_t>(pages) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
+using konn::testsupport::rss_bytes;
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/io/allocator.h"
+#include "tests/support/rss.h"
 #include "tests/support/sanitizers.h"
 
 namespace {
@@ -19,15 +20,7 @@ namespace {
 using konn::core::io::DescriptorReserve;
 using Socket = asio::local::stream_protocol::socket;
 
-size_t rss_bytes() {
-  long pages = 0;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    long size = 0;
-    if (std::fscanf(f, "%ld %ld", &size, &pages) != 2) pages = 0;
-    std::fclose(f);
-  }
-  return static_cast<size_t>(pages) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
+using konn::testsupport::rss_bytes;
 
 size_t open_files_limit() {
   rlimit r{};
