@@ -255,14 +255,13 @@ current-context: x
   CHECK(all == "x\n");  // ran once, then cached until expiry
 }
 
-TEST_CASE("an exec plugin inherits no descriptor beyond stdin, stdout and stderr", "[kubeconfig]") {
-  TempDir d;
-  // A socket without O_CLOEXEC, as Asio opens them, is open while the plugin runs.
-  int leaky = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(leaky >= 0);
-  std::string seen = (d.path / "fds").string();
+namespace {
+
+// Runs an exec plugin that first runs `command` (a shell line), then prints token "t"; returns
+// the Authorization the credential source got from it.
+std::string run_token_plugin(TempDir& d, const std::string& command) {
   std::string plugin =
-      d.write("plugin.sh", "#!/bin/sh\nls /proc/$$/fd > " + seen +
+      d.write("plugin.sh", "#!/bin/sh\n" + command +
                                "\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
                                "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'\n");
   fs::permissions(plugin, fs::perms::owner_all);
@@ -276,7 +275,18 @@ current-context: x
   o.kubeconfig = cfg;
   auto rc = load_rest_config(o, no_env());  // CredentialSource keeps a reference to it
   CredentialSource creds(rc);
-  CHECK(creds.current().authorization == "Bearer t");
+  return creds.current().authorization;
+}
+
+}  // namespace
+
+TEST_CASE("an exec plugin inherits no descriptor beyond stdin, stdout and stderr", "[kubeconfig]") {
+  TempDir d;
+  // A socket without O_CLOEXEC, as Asio opens them, is open while the plugin runs.
+  int leaky = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(leaky >= 0);
+  std::string seen = (d.path / "fds").string();
+  CHECK(run_token_plugin(d, "ls /proc/$$/fd > " + seen) == "Bearer t");
   ::close(leaky);
   std::ifstream in(seen);
   std::set<std::string> fds;
@@ -295,22 +305,7 @@ TEST_CASE("an exec plugin starts with SIGPIPE at its default though the daemon i
   TempDir d;
   auto previous = std::signal(SIGPIPE, SIG_IGN);  // as every daemon's main() does
   std::string seen = (d.path / "sigign").string();
-  std::string plugin =
-      d.write("plugin.sh", "#!/bin/sh\ngrep SigIgn /proc/$$/status > " + seen +
-                               "\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
-                               "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'\n");
-  fs::permissions(plugin, fs::perms::owner_all);
-  std::string cfg = d.write("config", R"(
-clusters: [{name: c, cluster: {server: "https://h:1"}}]
-users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: ./plugin.sh}}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-)");
-  KubeconfigOverrides o;
-  o.kubeconfig = cfg;
-  auto rc = load_rest_config(o, no_env());
-  CredentialSource creds(rc);
-  CHECK(creds.current().authorization == "Bearer t");
+  CHECK(run_token_plugin(d, "grep SigIgn /proc/$$/status > " + seen) == "Bearer t");
   std::signal(SIGPIPE, previous);
   std::ifstream in(seen);
   std::string label, mask;
