@@ -80,22 +80,17 @@ struct KubeproxyApp::Impl {
     if (listener_tls) {
       if constexpr (std::is_same_v<typename Socket::protocol_type, asio::ip::tcp>) {
         asio::co_spawn(ex,
-                       leased(tls_session(asio::ip::tcp::socket(std::move(sock)), std::move(peer)),
-                              std::move(lease)),
+                       core::io::run_leased(
+                           tls_session(asio::ip::tcp::socket(std::move(sock)), std::move(peer)),
+                           std::move(lease)),
                        log_failure());
       }
       return;
     }
     asio::co_spawn(ex,
-                   leased(session(ByteStream(std::move(sock)), std::move(peer)), std::move(lease)),
+                   core::io::run_leased(session(ByteStream(std::move(sock)), std::move(peer)),
+                                        std::move(lease)),
                    log_failure());
-  }
-
-  // Runs `s` holding `lease` (its sockets' descriptor states) until it ends.
-  static core::io::Awaitable<void> leased(core::io::Awaitable<void> s,
-                                          core::io::DescriptorReserve::Lease lease) {
-    co_await std::move(s);
-    lease.reset();
   }
 
   core::io::Awaitable<void> tls_session(asio::ip::tcp::socket sock, std::string peer) {

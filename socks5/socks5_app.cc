@@ -127,17 +127,6 @@ core::net::Resolver& Socks5App::resolver_for(const asio::any_io_executor& ex) {
   return *resolvers_.front().second;
 }
 
-namespace {
-
-// Runs `session` holding `lease` (its client and destination sockets' states) until it ends.
-core::io::Awaitable<void> leased(core::io::Awaitable<void> session,
-                                 core::io::DescriptorReserve::Lease lease) {
-  co_await std::move(session);
-  lease.reset();
-}
-
-}  // namespace
-
 core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor,
                                                  core::io::DescriptorReserve& reserve) {
   for (;;) {
@@ -179,7 +168,8 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor,
     // The session starts on this thread and stays on it.
     auto ex = socket.get_executor();
     asio::co_spawn(ex,
-                   leased(run_session(std::move(socket), env, std::move(slot)), std::move(lease)),
+                   core::io::run_leased(run_session(std::move(socket), env, std::move(slot)),
+                                        std::move(lease)),
                    asio::detached);
   }
 }

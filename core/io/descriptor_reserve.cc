@@ -46,4 +46,9 @@ size_t DescriptorReserve::reserve_block() {
   return opened;
 }
 
+Awaitable<void> run_leased(Awaitable<void> session, DescriptorReserve::Lease lease) {
+  co_await std::move(session);
+  lease.reset();
+}
+
 }  // namespace konn::core::io

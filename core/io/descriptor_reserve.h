@@ -7,6 +7,8 @@
 
 #include <asio/io_context.hpp>
 
+#include "core/io/asio_compat.h"
+
 namespace konn::core::io {
 
 // Keeps the memory of many short-lived connections returnable to the system.
@@ -90,5 +92,9 @@ class DescriptorReserve {
   asio::io_context& ctx_;
   std::shared_ptr<Counts> counts_;
 };
+
+// Runs `session` holding `lease` (its sockets' descriptor states) until it ends: for
+// co_spawn'ing a connection's coroutine with its lease.
+Awaitable<void> run_leased(Awaitable<void> session, DescriptorReserve::Lease lease);
 
 }  // namespace konn::core::io
