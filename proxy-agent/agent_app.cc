@@ -24,7 +24,7 @@ constexpr std::chrono::seconds kAbortStopWait{2};
 AgentApp::AgentApp(const AgentOptions& options)
     : options_(options),
       guard_(control_.get_executor()),
-      servers_(std::make_shared<ServerSet>(options_, pool_, control_, stats_)) {}
+      servers_(std::make_shared<ServerSet>(options_, pool_, control_, driver_, stats_)) {}
 
 AgentApp::~AgentApp() { stop(); }
 

@@ -11,6 +11,7 @@
 
 #include "core/admin/admin_server.h"
 #include "core/io/worker_pool.h"
+#include "core/tunnel/completion_driver.h"
 #include "proxy-agent/agent_metrics.h"
 #include "proxy-agent/agent_options.h"
 #include "proxy-agent/agent_stats.h"
@@ -21,8 +22,8 @@ namespace konn::agent {
 
 // The proxy-agent process, wired: an Asio WorkerPool for endpoint sockets, one control
 // io_context (its own thread) for the connect/probe loops, signals and the drain watch, and the
-// ServerSet holding the gRPC streams (whose reactions run on gRPC's threads). Tests run it in
-// process with start()/stop(); main() calls run().
+// ServerSet holding the gRPC streams (whose reactions run on the CompletionDriver's thread). Tests
+// run it in process with start()/stop(); main() calls run().
 class AgentApp {
  public:
   // `options` must be validated.
@@ -59,6 +60,9 @@ class AgentApp {
 
   const AgentOptions options_;  // a copy: the loops read it for the app's whole life
   std::shared_ptr<AgentStats> stats_ = std::make_shared<AgentStats>();
+  // The server streams' completion queue and its thread; declared first of the threads so it
+  // is destroyed last, after everything that could still hold a stream.
+  core::tunnel::CompletionDriver driver_{"agent-grpc"};
   core::io::WorkerPool pool_;
   asio::io_context control_{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard_;

@@ -48,8 +48,8 @@ struct ServerSet::Attempt {
 };
 
 ServerSet::ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
-                     std::shared_ptr<AgentStats> stats)
-    : options_(options), pool_(pool), ctx_(ctx), stats_(std::move(stats)) {
+                     core::tunnel::CompletionDriver& driver, std::shared_ptr<AgentStats> stats)
+    : options_(options), pool_(pool), ctx_(ctx), driver_(driver), stats_(std::move(stats)) {
   std::string error;
   auto policy = core::net::DestinationPolicy::parse(options_.allowed_destinations, &error);
   if (!policy) {
@@ -275,12 +275,12 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     co_return Outcome::Failed;
   }
   auto attempt = std::make_shared<Attempt>(ctx_);
-  // The callbacks run on gRPC threads and may outlive this attempt: they hold weak references
+  // The callbacks run on the driver thread and may outlive this attempt: they hold weak references
   // only, so nothing with an Asio timer is ever destroyed there.
   std::weak_ptr<ServerSet> weak = weak_from_this();
   std::weak_ptr<Attempt> weak_attempt = attempt;
   auto reactor = ServerStreamReactor::create(
-      channel, std::move(config), pool_, stats_,
+      channel, driver_, std::move(config), pool_, stats_,
       [weak, weak_attempt](const std::shared_ptr<ServerStreamReactor>& r, const Handshake& h) {
         auto set = weak.lock();
         return set && set->on_handshake(r, h, weak_attempt);
@@ -381,7 +381,7 @@ void ServerSet::on_end(std::shared_ptr<ServerStreamReactor> s, bool handshake_fa
     KONN_LOG((&logger()), info, "server {} at {} gone: {}", id, target, why);
   }
   if (handshake_failed) finish_attempt(attempt, Outcome::Failed, why);
-  // We run on a gRPC thread: the reactor (and its channel) must die elsewhere. Posted before
+  // We may run inside the reactor's own completion: it must die elsewhere. Posted before
   // live_ drops, so ctx_ is still alive (stop() waits for live_ == 0).
   asio::post(ctx_, [dead = std::move(s)] {});
   {

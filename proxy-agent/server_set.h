@@ -32,11 +32,13 @@ namespace konn::agent {
 // otherwise the servercount; never below 1. Until a first lease list succeeded, the servercount.
 //
 // Lock: mu_ guards streams_, server_count_, lease_count_, draining_/stopping_ and live_; taken from
-// gRPC threads (handshake, stream end) and from the loops; never held while calling a reactor.
+// the driver's thread (handshake, stream end) and from the loops; never held while calling a
+// reactor.
 class ServerSet : public std::enable_shared_from_this<ServerSet> {
  public:
+  // The streams run on `driver`'s completion queue; it must outlive every stream.
   ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
-            std::shared_ptr<AgentStats> stats);
+            core::tunnel::CompletionDriver& driver, std::shared_ptr<AgentStats> stats);
   ~ServerSet();
   ServerSet(const ServerSet&) = delete;
   ServerSet& operator=(const ServerSet&) = delete;
@@ -74,7 +76,7 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   bool want_more() const;
   // The wanted server count (server_count()); mu_ held.
   int64_t target_count_locked() const;
-  // Called from the reactor's callbacks (gRPC threads).
+  // Called from the reactor's reactions (the driver thread).
   bool on_handshake(const std::shared_ptr<ServerStreamReactor>& s, const Handshake& h,
                     const std::weak_ptr<Attempt>& attempt);
   // Completes an attempt on ctx (any thread).
@@ -86,6 +88,7 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   const AgentOptions& options_;
   core::io::WorkerPool& pool_;
   asio::io_context& ctx_;
+  core::tunnel::CompletionDriver& driver_;
   std::shared_ptr<AgentStats> stats_;
   std::shared_ptr<const core::net::DestinationPolicy> destinations_;  // --allowed-destinations
   size_t next_host_ = 0;                                              // connect loop only

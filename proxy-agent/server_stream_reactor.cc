@@ -50,19 +50,22 @@ Handshake check_headers(const std::multimap<grpc::string_ref, grpc::string_ref>&
 }  // namespace
 
 std::shared_ptr<ServerStreamReactor> ServerStreamReactor::create(
-    std::shared_ptr<grpc::Channel> channel, StreamConfig config, core::io::WorkerPool& pool,
-    std::shared_ptr<AgentStats> stats, HandshakeCallback on_handshake, EndCallback on_end) {
-  return std::make_shared<ServerStreamReactor>(std::move(channel), std::move(config), pool,
+    std::shared_ptr<grpc::Channel> channel, core::tunnel::CompletionDriver& driver,
+    StreamConfig config, core::io::WorkerPool& pool, std::shared_ptr<AgentStats> stats,
+    HandshakeCallback on_handshake, EndCallback on_end) {
+  return std::make_shared<ServerStreamReactor>(std::move(channel), driver, std::move(config), pool,
                                                std::move(stats), std::move(on_handshake),
                                                std::move(on_end));
 }
 
 ServerStreamReactor::ServerStreamReactor(std::shared_ptr<grpc::Channel> channel,
+                                         core::tunnel::CompletionDriver& driver,
                                          StreamConfig config, core::io::WorkerPool& pool,
                                          std::shared_ptr<AgentStats> stats,
                                          HandshakeCallback on_handshake, EndCallback on_end)
     : channel_(std::move(channel)),
       stub_(AgentService::NewStub(channel_)),
+      driver_(driver),
       config_(std::move(config)),
       pool_(pool),
       stats_(std::move(stats)),
@@ -86,9 +89,58 @@ void ServerStreamReactor::start() {
   if (!config_.token.empty()) context_.AddMetadata("authorization", "Bearer " + config_.token);
   context_.AddMetadata(tunnel::kFlowControlHeader, tunnel::kFlowControlVersion);
   context_.AddMetadata(tunnel::kHalfCloseHeader, tunnel::kHalfCloseVersion);
-  stub_->async()->Connect(&context_, this);
-  AddHold();  // reads and writes are started from other threads; removed by start_finish_op
-  StartCall();
+  call_ = stub_->PrepareAsyncConnect(&context_, driver_.cq());
+  // The call's status is asked for (Finish) once the response headers are in: a Finish issued
+  // earlier would ask for them a second time.
+  outstanding_.fetch_add(2);
+  call_->StartCall(&started_tag_);
+  call_->ReadInitialMetadata(&metadata_tag_);
+}
+
+void ServerStreamReactor::on_call_started(bool) {
+  // StartCall, Write and WritesDone share one operation set in gRPC's async stream: a write or
+  // half-close asked for while the call was starting was held back until now.
+  Deferred d;
+  {
+    std::lock_guard lock(start_mu_);
+    call_started_ = true;
+    d = deferred_;
+  }
+  if (d.kind == Deferred::Write) call_->Write(*d.packet, d.opts, &write_tag_);
+  if (d.kind == Deferred::WritesDone) call_->WritesDone(&writes_done_tag_);
+  settle();
+}
+
+bool ServerStreamReactor::defer_until_started(Deferred d) {
+  std::lock_guard lock(start_mu_);
+  if (call_started_) return false;
+  deferred_ = d;
+  return true;
+}
+
+void ServerStreamReactor::on_initial_metadata(bool ok) {
+  outstanding_.fetch_add(1);
+  call_->Finish(&final_status_, &finished_tag_);
+  OnReadInitialMetadataDone(ok);
+  settle();
+}
+
+void ServerStreamReactor::on_read(bool ok) {
+  handle_read_done(ok);
+  settle();
+}
+
+void ServerStreamReactor::on_write(bool ok) {
+  handle_write_done(ok);
+  settle();
+}
+
+void ServerStreamReactor::on_writes_done(bool) { settle(); }
+
+void ServerStreamReactor::on_finished(bool) { settle(); }
+
+void ServerStreamReactor::settle() {
+  if (outstanding_.fetch_sub(1) == 1) OnDone(final_status_);
 }
 
 void ServerStreamReactor::drain() {
@@ -155,10 +207,6 @@ void ServerStreamReactor::OnReadInitialMetadataDone(bool ok) {
   start_reading();
 }
 
-void ServerStreamReactor::OnReadDone(bool ok) { handle_read_done(ok); }
-
-void ServerStreamReactor::OnWriteDone(bool ok) { handle_write_done(ok); }
-
 void ServerStreamReactor::OnDone(const grpc::Status& status) {
   mark_done();
   std::string why = status.ok() ? std::string("stream finished")
@@ -196,16 +244,24 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
 }
 
 void ServerStreamReactor::start_write_op(const Packet* p, grpc::WriteOptions opts) {
-  StartWrite(p, opts);
+  outstanding_.fetch_add(1);
+  if (defer_until_started(Deferred{Deferred::Write, p, opts})) return;
+  call_->Write(*p, opts, &write_tag_);
 }
 
-void ServerStreamReactor::start_read_op(Packet* p) { StartRead(p); }
+void ServerStreamReactor::start_read_op(Packet* p) {
+  outstanding_.fetch_add(1);
+  call_->Read(p, &read_tag_);
+}
 
 void ServerStreamReactor::start_finish_op(const grpc::Status&) {
-  // A client has no Finish: half-close our side so the server ends the call, then let OnDone
-  // come once every operation completed.
-  StartWritesDone();
-  RemoveHold();
+  // A client has no Finish of its own: half-close our side so the server ends the call, then
+  // release the hold, so that OnDone comes once every operation completed.
+  outstanding_.fetch_add(1);
+  if (!defer_until_started(Deferred{Deferred::WritesDone, nullptr, {}})) {
+    call_->WritesDone(&writes_done_tag_);
+  }
+  settle();
 }
 
 void ServerStreamReactor::cancel_op(const grpc::Status&) {

@@ -9,9 +9,10 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
-#include <grpcpp/support/client_callback.h>
+#include <grpcpp/support/async_stream.h>
 
 #include "core/io/worker_pool.h"
+#include "core/tunnel/completion_driver.h"
 #include "core/tunnel/packet_stream.h"
 #include "konnectivity/agent.grpc.pb.h"
 #include "proxy-agent/agent_stats.h"
@@ -46,27 +47,33 @@ struct Handshake {
 // DIAL_CLS and KONN_WINDOW_UPDATE, each by posting to the endpoint connection's io_context: a
 // reaction never touches a socket and never waits on one connection (no head-of-line blocking).
 //
-// Lifetime: create() returns a shared_ptr; the reactor also holds itself until OnDone. One hold
-// (AddHold before StartCall) is removed by the PacketStream finish operation, after
-// WritesDone. Owners (ServerSet) keep shared_ptrs.
-class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
-                            public core::tunnel::PacketStream {
+// Exception to STYLE's "gRPC callback reactors for the gRPC streams": this stream runs on gRPC's
+// completion-queue API, its reactions on the agent's one CompletionDriver thread, because the
+// callback API's thread hand-offs were most of the agent's context switches per round trip and
+// per dial (docs/performance.md). The reactions keep the callback API's names and contract: at
+// most one read and one write outstanding (PacketStream), and OnDone once the call's status is
+// known, every operation completed and the finish operation was issued.
+//
+// Lifetime: create() returns a shared_ptr; the reactor also holds itself until OnDone. Owners
+// (ServerSet) keep shared_ptrs.
+class ServerStreamReactor : public core::tunnel::PacketStream {
  public:
-  // Runs on a gRPC thread once the headers were checked. Returns true to keep the stream
+  // Runs on the driver thread once the headers were checked. Returns true to keep the stream
   // (reads start), false to drop it (e.g. a duplicate server id).
   using HandshakeCallback =
       std::function<bool(const std::shared_ptr<ServerStreamReactor>&, const Handshake&)>;
   // Runs once, as the last act of OnDone: the call is over and no callback of it will run
   // again. `handshake_failed` is true when the stream was never kept (bad headers, a failed
   // call, or dropped by HandshakeCallback); `why` says what happened. It receives the reactor's
-  // own reference and must release it on a thread that is not gRPC's: destroying the last
-  // reference to a grpc::Channel on a callback thread can join that very thread.
+  // own reference; it runs on the driver's thread, or on the thread whose call issued the finish
+  // operation last.
   using EndCallback = std::function<void(std::shared_ptr<ServerStreamReactor> self,
                                          bool handshake_failed, const std::string& why)>;
 
   static std::shared_ptr<ServerStreamReactor> create(
-      std::shared_ptr<grpc::Channel> channel, StreamConfig config, core::io::WorkerPool& pool,
-      std::shared_ptr<AgentStats> stats, HandshakeCallback on_handshake, EndCallback on_end);
+      std::shared_ptr<grpc::Channel> channel, core::tunnel::CompletionDriver& driver,
+      StreamConfig config, core::io::WorkerPool& pool, std::shared_ptr<AgentStats> stats,
+      HandshakeCallback on_handshake, EndCallback on_end);
   ~ServerStreamReactor() override;
 
   // Starts the call. Once.
@@ -86,14 +93,9 @@ class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
   // agent would never reconnect. Returns true when it cancelled, once.
   bool cancel_if_end_overdue(std::chrono::steady_clock::duration grace);
 
-  // ClientBidiReactor.
-  void OnReadInitialMetadataDone(bool ok) override;
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
-
   // Public only for make_shared; use create().
-  ServerStreamReactor(std::shared_ptr<grpc::Channel> channel, StreamConfig config,
+  ServerStreamReactor(std::shared_ptr<grpc::Channel> channel,
+                      core::tunnel::CompletionDriver& driver, StreamConfig config,
                       core::io::WorkerPool& pool, std::shared_ptr<AgentStats> stats,
                       HandshakeCallback on_handshake, EndCallback on_end);
 
@@ -109,6 +111,28 @@ class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
   void on_write_failed(const Packet& p) override;
 
  private:
+  // Completions, on the driver's thread. Each runs its reaction, then settle().
+  void on_call_started(bool ok);
+  void on_initial_metadata(bool ok);
+  void on_read(bool ok);
+  void on_write(bool ok);
+  void on_writes_done(bool ok);
+  void on_finished(bool ok);
+  // The reactions, named as in the callback API.
+  void OnReadInitialMetadataDone(bool ok);
+  void OnDone(const grpc::Status& status);
+  // One operation (or the finish hold) is over; the last one runs OnDone.
+  void settle();
+  // A write or the half-close, held back while StartCall is in flight (at most one: PacketStream
+  // has one write or its finish outstanding at a time).
+  struct Deferred {
+    enum Kind { None, Write, WritesDone } kind = None;
+    const Packet* packet = nullptr;
+    grpc::WriteOptions opts;
+  };
+  // Holds `d` back and returns true while the call is still starting.
+  bool defer_until_started(Deferred d);
+
   std::shared_ptr<ServerStreamReactor> self_ptr();
   void handle_dial(const DialRequest& req);
   // Tears down every endpoint connection, once.
@@ -117,7 +141,23 @@ class ServerStreamReactor : public grpc::ClientBidiReactor<Packet, Packet>,
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<AgentService::Stub> stub_;
+  core::tunnel::CompletionDriver& driver_;
   grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientAsyncReaderWriter<Packet, Packet>> call_;
+  grpc::Status final_status_;  // set by the Finish operation
+  // Operations started and not yet completed, plus one hold released by start_finish_op: at
+  // zero the call is over (OnDone).
+  std::atomic<int> outstanding_{1};
+  std::mutex start_mu_;  // guards the two below
+  bool call_started_ = false;
+  Deferred deferred_;
+  using Self = ServerStreamReactor;
+  core::tunnel::MemberTag<Self, &Self::on_call_started> started_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_initial_metadata> metadata_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_read> read_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_write> write_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_writes_done> writes_done_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_finished> finished_tag_{this};
   const StreamConfig config_;
   core::io::WorkerPool& pool_;
   std::shared_ptr<AgentStats> stats_;

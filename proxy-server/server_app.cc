@@ -44,6 +44,7 @@ std::string bind_spec(const std::string& address, int port) {
 
 // How often a draining server looks whether its tunnels are gone (they end on many threads).
 constexpr std::chrono::milliseconds kDrainPoll{50};
+constexpr std::chrono::milliseconds kAgentCallsWait{5000};
 
 }  // namespace
 
@@ -119,6 +120,7 @@ void ServerApp::start() {
     // Accept agent pings every 30 s or slower, as upstream's enforcement policy does.
     b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 30000);
     b.RegisterService(agent_service_.get());
+    auto cq = b.AddCompletionQueue();
     auto creds = core::tls::grpc_server_credentials(options_.cluster_cert, options_.cluster_key,
                                                     options_.cluster_ca_cert, reload_seconds());
     b.AddListeningPort(bind_spec(options_.agent_bind_address, options_.agent_port), creds,
@@ -128,6 +130,9 @@ void ServerApp::start() {
       throw std::runtime_error("cannot listen for agents on " +
                                bind_spec(options_.agent_bind_address, options_.agent_port));
     }
+    agent_driver_ =
+        std::make_unique<core::tunnel::CompletionDriver>("agent-streams", std::move(cq));
+    agent_service_->accept(*agent_driver_);
     KONN_LOG(log_, info, "agent listener (grpc, {}) on {}",
              options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
              bind_spec(options_.agent_bind_address, agent_port_));
@@ -340,6 +345,21 @@ void ServerApp::shutdown() {
     finish(agent_server_.get(), agent_stopper_, agent_stopped_);
   } else if (agent_server_) {
     agent_server_->Shutdown(now);
+  }
+  // Between the agent server's shutdown, which cancelled every call on its queue, and its
+  // destruction: the queue still holds the last request for a call, whose completion reads the
+  // server, and each cancelled call's Backend has yet to issue its finish operation.
+  if (agent_driver_) {
+    if (agent_service_->wait_calls_done(kAgentCallsWait)) {
+      agent_driver_.reset();
+    } else {
+      // Shutting the queue down now would abort the process: leave it and its server to the
+      // process's exit.
+      KONN_LOG(log_, warn, "agent streams did not finish within {} ms; exiting without them",
+               kAgentCallsWait.count());
+      (void)agent_driver_.release();
+      (void)agent_server_.release();
+    }
   }
   drain_watch_.reset();
   frontend_server_.reset();

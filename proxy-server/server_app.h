@@ -13,6 +13,7 @@
 #include "core/admin/admin_server.h"
 #include "core/io/worker_pool.h"
 #include "core/metrics/metrics.h"
+#include "core/tunnel/completion_driver.h"
 #include "proxy-server/server_metrics.h"
 #include "proxy-server/server_options.h"
 
@@ -86,6 +87,8 @@ class ServerApp {
   std::unique_ptr<core::io::WorkerPool> pool_;
   std::unique_ptr<HttpConnectServer> http_connect_;
   std::unique_ptr<grpc::Server> agent_server_;
+  // Drains agent_server_'s completion queue: the agent streams' reactions run on its thread.
+  std::unique_ptr<core::tunnel::CompletionDriver> agent_driver_;
   asio::io_context signals_ctx_;
   int agent_port_ = 0;
   int frontend_port_ = 0;

@@ -4,9 +4,8 @@
 
 namespace konn::server {
 
-grpc::ServerBidiReactor<Packet, Packet>* AgentServiceImpl::Connect(
-    grpc::CallbackServerContext* ctx) {
-  return Backend::start(ctx, router_);
+void AgentServiceImpl::accept(core::tunnel::CompletionDriver& driver) {
+  Backend::accept(*this, driver, live_, router_);
 }
 
 }  // namespace konn::server

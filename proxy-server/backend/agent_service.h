@@ -1,19 +1,30 @@
 #pragma once
 
+#include <chrono>
+
+#include "core/tunnel/completion_driver.h"
 #include "konnectivity/agent.grpc.pb.h"
+#include "proxy-server/backend/backend.h"
 
 namespace konn::server {
 
 class Router;
 
-// AgentService (`/AgentService/Connect`): each call becomes a Backend reactor.
-class AgentServiceImpl : public AgentService::CallbackService {
+// AgentService (`/AgentService/Connect`) on gRPC's completion-queue API: each call becomes a
+// Backend, whose reactions run on the driver's thread (see Backend for why not the callback API).
+class AgentServiceImpl : public AgentService::AsyncService {
  public:
   explicit AgentServiceImpl(Router& router) : router_(router) {}
-  grpc::ServerBidiReactor<Packet, Packet>* Connect(grpc::CallbackServerContext* ctx) override;
+  // Starts accepting calls on `driver` (built on the agent server's queue). Once, after the
+  // server started; the server must be shut down before the driver is destroyed.
+  void accept(core::tunnel::CompletionDriver& driver);
+  // After the server's Shutdown (which cancelled every call): waits until each call's Backend
+  // has finished, so the queue can be shut down. False when `timeout` passed first.
+  bool wait_calls_done(std::chrono::milliseconds timeout) { return live_.wait_none(timeout); }
 
  private:
   Router& router_;
+  LiveCalls live_;
 };
 
 }  // namespace konn::server

@@ -15,8 +15,7 @@ using core::tunnel::make_close_request;
 
 namespace {
 
-std::vector<std::string> metadata_values(const grpc::CallbackServerContext& ctx,
-                                         const std::string& key) {
+std::vector<std::string> metadata_values(const grpc::ServerContext& ctx, const std::string& key) {
   std::vector<std::string> out;
   auto range = ctx.client_metadata().equal_range(key);
   for (auto it = range.first; it != range.second; ++it) {
@@ -27,19 +26,95 @@ std::vector<std::string> metadata_values(const grpc::CallbackServerContext& ctx,
 
 }  // namespace
 
-Backend::Backend(grpc::CallbackServerContext* ctx, Router& router)
-    : ctx_(ctx), router_(router), log_(core::log::get("server.backend")), peer_(ctx->peer()) {}
+void LiveCalls::add() {
+  std::lock_guard lock(mu_);
+  ++count_;
+}
 
-Backend* Backend::start(grpc::CallbackServerContext* ctx, Router& router) {
-  std::shared_ptr<Backend> b(new Backend(ctx, router));
+void LiveCalls::remove() {
+  std::lock_guard lock(mu_);
+  if (--count_ == 0) cv_.notify_all();
+}
+
+bool LiveCalls::wait_none(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, timeout, [this] { return count_ == 0; });
+}
+
+Backend::Backend(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
+                 LiveCalls& live, Router& router)
+    : service_(service),
+      driver_(driver),
+      live_(live),
+      router_(router),
+      log_(core::log::get("server.backend")) {}
+
+void Backend::accept(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
+                     LiveCalls& live, Router& router) {
+  auto b = std::make_shared<Backend>(service, driver, live, router);
   b->self_ = b;
-  router.metrics().grpc_connect.Increment();
-  b->begin();
-  return b.get();
+  b->call_->ctx.AsyncNotifyWhenDone(&b->call_done_tag_);
+  service.RequestConnect(&b->call_->ctx, &b->call_->stream, driver.cq(), driver.server_cq(),
+                         &b->accepted_tag_);
+}
+
+void Backend::on_accepted(bool ok) {
+  if (!ok) {
+    // The server is shutting down: no call came, and no other completion will (the done
+    // notification only comes for a call that started).
+    self_.reset();  // destroys this
+    return;
+  }
+  live_.add();
+  accept(service_, driver_, live_, router_);
+  // The finish hold and the done notification.
+  outstanding_.store(2);
+  peer_ = call_->ctx.peer();
+  router_.metrics().grpc_connect.Increment();
+  begin();
+}
+
+void Backend::on_metadata_sent(bool ok) {
+  OnSendInitialMetadataDone(ok);
+  settle();
+}
+
+void Backend::on_read(bool ok) {
+  handle_read_done(ok);
+  settle();
+}
+
+void Backend::on_write(bool ok) {
+  handle_write_done(ok);
+  settle();
+}
+
+void Backend::on_finished(bool) { settle(); }
+
+void Backend::on_call_done(bool) { settle(); }
+
+void Backend::settle() {
+  if (outstanding_.fetch_sub(1) == 1) OnDone();
+}
+
+void Backend::start_write_op(const Packet* p, grpc::WriteOptions opts) {
+  outstanding_.fetch_add(1);
+  call_->stream.Write(*p, opts, &write_tag_);
+}
+
+void Backend::start_read_op(Packet* p) {
+  outstanding_.fetch_add(1);
+  call_->stream.Read(p, &read_tag_);
+}
+
+void Backend::start_finish_op(const grpc::Status& s) {
+  outstanding_.fetch_add(1);
+  call_->stream.Finish(s, &finished_tag_);
+  settle();  // the hold
 }
 
 void Backend::begin() {
-  auto ids = metadata_values(*ctx_, "agentid");
+  auto ids = metadata_values(call_->ctx, "agentid");
   if (ids.size() != 1) {
     KONN_LOG(log_, warn, "agent from {} rejected: expected one agentid header, got {}", peer_,
              ids.size());
@@ -49,7 +124,7 @@ void Backend::begin() {
     return;
   }
   agent_id_ = ids.front();
-  auto idents = metadata_values(*ctx_, "agentidentifiers");
+  auto idents = metadata_values(call_->ctx, "agentidentifiers");
   if (idents.size() > 1) {
     router_.metrics().agent_rejected("metadata");
     close(grpc::Status(
@@ -72,7 +147,7 @@ void Backend::begin() {
   identifiers_header_ = idents.empty() ? "" : idents.front();
   if (router_.options().verify_agent_identifiers == "cert" && !identifiers_proven()) return;
   if (auto* reviewer = router_.reviewer()) {
-    auto auth = metadata_values(*ctx_, "authorization");
+    auto auth = metadata_values(call_->ctx, "authorization");
     const std::string prefix = "Bearer ";
     if (auth.size() != 1 || auth.front().rfind(prefix, 0) != 0) {
       KONN_LOG(log_, warn,
@@ -102,7 +177,7 @@ void Backend::begin() {
 
 bool Backend::identifiers_proven() {
   std::string why;
-  auto pems = ctx_->auth_context()->FindPropertyValues("x509_pem_cert");
+  auto pems = call_->ctx.auth_context()->FindPropertyValues("x509_pem_cert");
   std::optional<core::tls::CertificateNames> cert;
   if (!pems.empty())
     cert = core::tls::certificate_names(std::string(pems.front().data(), pems.front().size()));
@@ -125,17 +200,19 @@ bool Backend::identifiers_proven() {
 
 void Backend::admit() {
   const auto& opts = router_.options();
-  auto flow = metadata_values(*ctx_, core::tunnel::kFlowControlHeader);
+  auto flow = metadata_values(call_->ctx, core::tunnel::kFlowControlHeader);
   flow_control_ = flow.size() == 1 && flow.front() == core::tunnel::kFlowControlVersion;
-  auto half = metadata_values(*ctx_, core::tunnel::kHalfCloseHeader);
+  auto half = metadata_values(call_->ctx, core::tunnel::kHalfCloseHeader);
   half_close_ = half.size() == 1 && half.front() == core::tunnel::kHalfCloseVersion;
 
-  ctx_->AddInitialMetadata("serverid", opts.server_id);
-  ctx_->AddInitialMetadata("servercount", std::to_string(opts.server_count));
+  call_->ctx.AddInitialMetadata("serverid", opts.server_id);
+  call_->ctx.AddInitialMetadata("servercount", std::to_string(opts.server_count));
   if (flow_control_) {
-    ctx_->AddInitialMetadata(core::tunnel::kFlowControlHeader, core::tunnel::kFlowControlVersion);
+    call_->ctx.AddInitialMetadata(core::tunnel::kFlowControlHeader,
+                                  core::tunnel::kFlowControlVersion);
   }
-  StartSendInitialMetadata();
+  outstanding_.fetch_add(1);
+  call_->stream.SendInitialMetadata(&metadata_tag_);
   router_.add_backend(self_);
   registered_ = true;
   size_t same = router_.backends().streams_of(agent_id_);
@@ -252,21 +329,10 @@ void Backend::on_dial_response(Packet&& p) {
   }
 }
 
-void Backend::on_write_failed(const Packet& p) {
-  if (cancelled_by_us_) return;
-  router_.metrics().stream_error(
-      ServerMetrics::ToAgent,
-      ctx_->IsCancelled() ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, p.type());
-}
+// Counted in OnDone: the async API tells whether the call was cancelled only once it is over.
+void Backend::on_write_failed(const Packet& p) { failed_write_type_ = p.type(); }
 
 void Backend::on_read_end() {
-  // Upstream counts a failed Recv (not a clean end) as a stream error without a packet.
-  if (!read_error_counted_) {
-    read_error_counted_ = true;
-    if (ctx_->IsCancelled() && !cancelled_by_us_) {
-      router_.metrics().stream_error(ServerMetrics::FromAgent, grpc::StatusCode::CANCELLED, -1);
-    }
-  }
   if (registered_.exchange(false)) {
     router_.remove_backend(this);
     size_t pending = 0;
@@ -289,7 +355,22 @@ void Backend::on_read_end() {
 void Backend::OnDone() {
   mark_done();
   router_.metrics().grpc_connect.Decrement();
+  if (!cancelled_by_us_) {
+    bool cancelled = call_->ctx.IsCancelled();
+    // Upstream counts a failed Recv (not a clean end) as a stream error without a packet, and a
+    // failed Send with its packet type.
+    if (cancelled) {
+      router_.metrics().stream_error(ServerMetrics::FromAgent, grpc::StatusCode::CANCELLED, -1);
+    }
+    if (int type = failed_write_type_; type >= 0) {
+      router_.metrics().stream_error(
+          ServerMetrics::ToAgent,
+          cancelled ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, type);
+    }
+  }
   on_read_end();  // idempotent; covers streams finished before reading began
+  call_.reset();
+  live_.remove();
   self_.reset();  // may destroy this
 }
 

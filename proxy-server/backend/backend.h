@@ -1,33 +1,65 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <grpcpp/server_context.h>
-#include <grpcpp/support/server_callback.h>
+#include <grpcpp/support/async_stream.h>
 #include <spdlog/logger.h>
 
 #include "core/tunnel/agent_identifiers.h"
+#include "core/tunnel/completion_driver.h"
 #include "core/tunnel/packet_stream.h"
+#include "konnectivity/agent.grpc.pb.h"
 #include "proxy-server/tunnel/connection_table.h"
 
 namespace konn::server {
 
 class Router;
 
+// The agent calls that started and whose Backend has not finished yet (OnDone). The server's
+// completion queue may be shut down only once there are none: a Backend still ending would start
+// its finish operation on a queue that is shut down, which gRPC refuses by aborting.
+class LiveCalls {
+ public:
+  void add();
+  void remove();
+  // Waits until none is left; false when `timeout` passed first.
+  bool wait_none(std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int count_ = 0;
+};
+
 // One agent's `AgentService/Connect` stream: the backend that carries many tunnels. Its read
 // loop is never paused for one tunnel's sake (no head-of-line blocking): packets are handed to
 // their frontend, which queues or closes alone. See docs/ARCHITECTURE.md for the packet flow.
 //
+// Exception to STYLE's "gRPC callback reactors for the gRPC streams": agent streams run on
+// gRPC's completion-queue API, their reactions on one CompletionDriver thread, because the
+// callback API's thread hand-offs were most of the server's context switches per round trip and
+// per dial (docs/performance.md). The reactions keep the callback API's contract: at most one
+// read and one write outstanding (PacketStream), OnDone once the call is over, every operation
+// completed and the finish operation issued.
+//
 // Exception to STYLE rule 7's `delete this`: the reactor is owned by a shared_ptr to itself
 // (`self_`) released in OnDone, because frontends hold it too and must be able to call send()
 // safely after the stream ended.
-class Backend : public grpc::ServerBidiReactor<Packet, Packet>, public core::tunnel::PacketStream {
+class Backend : public core::tunnel::PacketStream {
  public:
-  // Validates the agent's metadata, answers with serverid/servercount headers, registers the
-  // backend, and starts reading. On bad metadata the stream is finished with the reason.
-  static Backend* start(grpc::CallbackServerContext* ctx, Router& router);
+  // Asks for the next agent call on `driver`'s server queue. When one arrives, its Backend asks
+  // for the next one and then serves it: it validates the agent's metadata, answers with
+  // serverid/servercount headers, registers, and starts reading. On bad metadata the stream is
+  // finished with the reason. When the server shuts down, the request ends and nothing more is
+  // asked for.
+  static void accept(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
+                     LiveCalls& live, Router& router);
 
   const std::string& agent_id() const { return agent_id_; }
   const core::tunnel::AgentIdentifiers& identifiers() const { return identifiers_; }
@@ -42,15 +74,24 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>, public core::tun
   void forget_connection(int64_t connect_id) { connections_.take(connect_id); }
   size_t connection_count() const { return connections_.size(); }
 
-  // gRPC reactions.
-  void OnSendInitialMetadataDone(bool ok) override;
-  void OnReadDone(bool ok) override { handle_read_done(ok); }
-  void OnWriteDone(bool ok) override { handle_write_done(ok); }
-  void OnDone() override;
-  void OnCancel() override {}
+  // Public only for make_shared; use accept().
+  Backend(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
+          LiveCalls& live, Router& router);
 
  private:
-  Backend(grpc::CallbackServerContext* ctx, Router& router);
+  // Completions, on the driver's thread. Each runs its reaction, then settle().
+  void on_accepted(bool ok);
+  void on_metadata_sent(bool ok);
+  void on_read(bool ok);
+  void on_write(bool ok);
+  void on_finished(bool ok);
+  void on_call_done(bool ok);
+  // One operation (or the finish hold) is over; the last one runs OnDone.
+  void settle();
+  // The reactions, named as in the callback API.
+  void OnSendInitialMetadataDone(bool ok);
+  void OnDone();
+
   void begin();
   // Accepted (token reviewed, if required): answer headers, register, start reading.
   void admit();
@@ -58,12 +99,12 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>, public core::tun
   // if not, the stream is finished with PERMISSION_DENIED (logged, counted).
   bool identifiers_proven();
 
-  void start_write_op(const Packet* p, grpc::WriteOptions opts) override { StartWrite(p, opts); }
-  void start_read_op(Packet* p) override { StartRead(p); }
-  void start_finish_op(const grpc::Status& s) override { Finish(s); }
+  void start_write_op(const Packet* p, grpc::WriteOptions opts) override;
+  void start_read_op(Packet* p) override;
+  void start_finish_op(const grpc::Status& s) override;
   void cancel_op(const grpc::Status& status) override {
     cancelled_by_us_ = true;
-    core::tunnel::cancel_server_call(*ctx_, status);
+    core::tunnel::cancel_server_call(call_->ctx, status);
   }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
@@ -72,7 +113,26 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>, public core::tun
 
   void on_dial_response(Packet&& p);
 
-  grpc::CallbackServerContext* ctx_;
+  AgentService::AsyncService& service_;
+  core::tunnel::CompletionDriver& driver_;
+  LiveCalls& live_;
+  // The call, released in OnDone: a frontend may hold this Backend for a while after, and gRPC's
+  // server shutdown waits until every call is released.
+  struct Call {
+    grpc::ServerContext ctx;
+    grpc::ServerAsyncReaderWriter<Packet, Packet> stream{&ctx};
+  };
+  std::unique_ptr<Call> call_ = std::make_unique<Call>();
+  // Operations started and not yet completed, plus one hold released by start_finish_op (and
+  // the call's done notification): at zero the call is over (OnDone).
+  std::atomic<int> outstanding_{0};
+  using Self = Backend;
+  core::tunnel::MemberTag<Self, &Self::on_accepted> accepted_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_metadata_sent> metadata_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_read> read_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_write> write_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_finished> finished_tag_{this};
+  core::tunnel::MemberTag<Self, &Self::on_call_done> call_done_tag_{this};
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
   std::shared_ptr<Backend> self_;
@@ -85,7 +145,7 @@ class Backend : public grpc::ServerBidiReactor<Packet, Packet>, public core::tun
   std::atomic<bool> draining_{false};
   std::atomic<bool> registered_{false};
   std::atomic<bool> cancelled_by_us_{false};  // our own abort: not a stream error
-  bool read_error_counted_ = false;           // on_read_end only (reads are serialized)
+  std::atomic<int> failed_write_type_{-1};    // the packet type of a failed write, if any
   ConnectionTable connections_;
 };
 
