@@ -24,7 +24,7 @@ constexpr std::chrono::seconds kAbortStopWait{2};
 AgentApp::AgentApp(const AgentOptions& options)
     : options_(options),
       guard_(control_.get_executor()),
-      servers_(std::make_shared<ServerSet>(options_, pool_, control_, driver_, stats_)) {}
+      servers_(std::make_shared<ServerSet>(options_, pool_, control_, *driver_, stats_)) {}
 
 AgentApp::~AgentApp() { stop(); }
 
@@ -133,7 +133,10 @@ void AgentApp::stop(bool graceful) {
   if (started_) {
     bool done = servers_->stop(!graceful, graceful ? kGracefulStopWait : kAbortStopWait);
     if (!done && graceful) done = servers_->stop(true, kAbortStopWait);
-    if (!done) KONN_LOG((&logger()), warn, "some server streams did not finish in time");
+    if (!done) {
+      KONN_LOG((&logger()), warn, "some server streams did not finish in time");
+      (void)driver_.release();
+    }
   }
   if (health_) health_->stop();
   if (admin_) admin_->stop();

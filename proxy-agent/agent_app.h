@@ -62,7 +62,10 @@ class AgentApp {
   std::shared_ptr<AgentStats> stats_ = std::make_shared<AgentStats>();
   // The server streams' completion queue and its thread; declared first of the threads so it
   // is destroyed last, after everything that could still hold a stream.
-  core::tunnel::CompletionDriver driver_{"agent-grpc"};
+  // Released rather than destroyed when a stream did not end in stop(): shutting its queue down
+  // under a live stream would abort the process.
+  std::unique_ptr<core::tunnel::CompletionDriver> driver_ =
+      std::make_unique<core::tunnel::CompletionDriver>("agent-grpc");
   core::io::WorkerPool pool_;
   asio::io_context control_{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
