@@ -18,8 +18,9 @@ class AgentServiceImpl : public AgentService::AsyncService {
   // Starts accepting calls on `driver` (built on the agent server's queue). Once, after the
   // server started; the server must be shut down before the driver is destroyed.
   void accept(core::tunnel::CompletionDriver& driver);
-  // After the server's Shutdown (which cancelled every call): waits until each call's Backend
-  // has finished, so the queue can be shut down. False when `timeout` passed first.
+  // After the server's Shutdown (which failed the pending request and cancelled every call):
+  // waits until each Backend has finished, so the queue can be shut down. False when `timeout`
+  // passed first.
   bool wait_calls_done(std::chrono::milliseconds timeout) { return live_.wait_none(timeout); }
 
  private:

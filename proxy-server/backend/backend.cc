@@ -53,6 +53,9 @@ void Backend::accept(AgentService::AsyncService& service, core::tunnel::Completi
                      LiveCalls& live, Router& router) {
   auto b = std::make_shared<Backend>(service, driver, live, router);
   b->self_ = b;
+  // Counted from the request on: a call accepted just before the server's shutdown still has
+  // its first reactions to run, and they start operations on the queue.
+  live.add();
   b->call_->ctx.AsyncNotifyWhenDone(&b->call_done_tag_);
   service.RequestConnect(&b->call_->ctx, &b->call_->stream, driver.cq(), driver.server_cq(),
                          &b->accepted_tag_);
@@ -62,10 +65,10 @@ void Backend::on_accepted(bool ok) {
   if (!ok) {
     // The server is shutting down: no call came, and no other completion will (the done
     // notification only comes for a call that started).
+    live_.remove();
     self_.reset();  // destroys this
     return;
   }
-  live_.add();
   accept(service_, driver_, live_, router_);
   // The finish hold and the done notification.
   outstanding_.store(2);

@@ -21,9 +21,10 @@ namespace konn::server {
 
 class Router;
 
-// The agent calls that started and whose Backend has not finished yet (OnDone). The server's
-// completion queue may be shut down only once there are none: a Backend still ending would start
-// its finish operation on a queue that is shut down, which gRPC refuses by aborting.
+// The Backends whose request for a call is pending, or whose call has not finished yet (OnDone).
+// After the server's Shutdown (which fails pending requests and cancels calls), its completion
+// queue may be shut down only once there are none: a Backend still ending would start its finish
+// operation on a queue that is shut down, which gRPC refuses by aborting.
 class LiveCalls {
  public:
   void add();
