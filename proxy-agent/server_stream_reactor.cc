@@ -93,8 +93,8 @@ void ServerStreamReactor::start() {
   // The call's status is asked for (Finish) once the response headers are in: a Finish issued
   // earlier would ask for them a second time.
   outstanding_.fetch_add(2);
-  call_->StartCall(&started_tag_);
-  call_->ReadInitialMetadata(&metadata_tag_);
+  call_->StartCall(core::tunnel::hand_over(&started_tag_));
+  call_->ReadInitialMetadata(core::tunnel::hand_over(&metadata_tag_));
 }
 
 void ServerStreamReactor::on_call_started(bool) {
@@ -106,8 +106,9 @@ void ServerStreamReactor::on_call_started(bool) {
     call_started_ = true;
     d = deferred_;
   }
-  if (d.kind == Deferred::Write) call_->Write(*d.packet, d.opts, &write_tag_);
-  if (d.kind == Deferred::WritesDone) call_->WritesDone(&writes_done_tag_);
+  if (d.kind == Deferred::Write)
+    call_->Write(*d.packet, d.opts, core::tunnel::hand_over(&write_tag_));
+  if (d.kind == Deferred::WritesDone) call_->WritesDone(core::tunnel::hand_over(&writes_done_tag_));
   settle();
 }
 
@@ -120,7 +121,7 @@ bool ServerStreamReactor::defer_until_started(Deferred d) {
 
 void ServerStreamReactor::on_initial_metadata(bool ok) {
   outstanding_.fetch_add(1);
-  call_->Finish(&final_status_, &finished_tag_);
+  call_->Finish(&final_status_, core::tunnel::hand_over(&finished_tag_));
   OnReadInitialMetadataDone(ok);
   settle();
 }
@@ -246,12 +247,12 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
 void ServerStreamReactor::start_write_op(const Packet* p, grpc::WriteOptions opts) {
   outstanding_.fetch_add(1);
   if (defer_until_started(Deferred{Deferred::Write, p, opts})) return;
-  call_->Write(*p, opts, &write_tag_);
+  call_->Write(*p, opts, core::tunnel::hand_over(&write_tag_));
 }
 
 void ServerStreamReactor::start_read_op(Packet* p) {
   outstanding_.fetch_add(1);
-  call_->Read(p, &read_tag_);
+  call_->Read(p, core::tunnel::hand_over(&read_tag_));
 }
 
 void ServerStreamReactor::start_finish_op(const grpc::Status&) {
@@ -259,7 +260,7 @@ void ServerStreamReactor::start_finish_op(const grpc::Status&) {
   // release the hold, so that OnDone comes once every operation completed.
   outstanding_.fetch_add(1);
   if (!defer_until_started(Deferred{Deferred::WritesDone, nullptr, {}})) {
-    call_->WritesDone(&writes_done_tag_);
+    call_->WritesDone(core::tunnel::hand_over(&writes_done_tag_));
   }
   settle();
 }

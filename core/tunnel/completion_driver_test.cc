@@ -46,8 +46,8 @@ TEST_CASE("a completion driver runs every completion on its one thread with gRPC
   MemberTag<Recorder, &Recorder::on_alarm> cancelled(&rec);
   grpc::Alarm a;
   grpc::Alarm b;
-  a.Set(driver.cq(), in(std::chrono::milliseconds(1)), &fired);
-  b.Set(driver.cq(), in(std::chrono::hours(1)), &cancelled);
+  a.Set(driver.cq(), in(std::chrono::milliseconds(1)), hand_over(&fired));
+  b.Set(driver.cq(), in(std::chrono::hours(1)), hand_over(&cancelled));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (rec.count() < 1 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -76,7 +76,7 @@ TEST_CASE("destroying a completion driver waits for the completions still due",
   grpc::Alarm alarm;
   {
     CompletionDriver driver("test-cq");
-    alarm.Set(driver.cq(), in(std::chrono::milliseconds(200)), &tag);
+    alarm.Set(driver.cq(), in(std::chrono::milliseconds(200)), hand_over(&tag));
   }
   REQUIRE(done == 1);
 }

@@ -56,9 +56,9 @@ void Backend::accept(AgentService::AsyncService& service, core::tunnel::Completi
   // Counted from the request on: a call accepted just before the server's shutdown still has
   // its first reactions to run, and they start operations on the queue.
   live.add();
-  b->call_->ctx.AsyncNotifyWhenDone(&b->call_done_tag_);
+  b->call_->ctx.AsyncNotifyWhenDone(core::tunnel::hand_over(&b->call_done_tag_));
   service.RequestConnect(&b->call_->ctx, &b->call_->stream, driver.cq(), driver.server_cq(),
-                         &b->accepted_tag_);
+                         core::tunnel::hand_over(&b->accepted_tag_));
 }
 
 void Backend::on_accepted(bool ok) {
@@ -102,17 +102,17 @@ void Backend::settle() {
 
 void Backend::start_write_op(const Packet* p, grpc::WriteOptions opts) {
   outstanding_.fetch_add(1);
-  call_->stream.Write(*p, opts, &write_tag_);
+  call_->stream.Write(*p, opts, core::tunnel::hand_over(&write_tag_));
 }
 
 void Backend::start_read_op(Packet* p) {
   outstanding_.fetch_add(1);
-  call_->stream.Read(p, &read_tag_);
+  call_->stream.Read(p, core::tunnel::hand_over(&read_tag_));
 }
 
 void Backend::start_finish_op(const grpc::Status& s) {
   outstanding_.fetch_add(1);
-  call_->stream.Finish(s, &finished_tag_);
+  call_->stream.Finish(s, core::tunnel::hand_over(&finished_tag_));
   settle();  // the hold
 }
 
@@ -215,7 +215,7 @@ void Backend::admit() {
                                   core::tunnel::kFlowControlVersion);
   }
   outstanding_.fetch_add(1);
-  call_->stream.SendInitialMetadata(&metadata_tag_);
+  call_->stream.SendInitialMetadata(core::tunnel::hand_over(&metadata_tag_));
   router_.add_backend(self_);
   registered_ = true;
   size_t same = router_.backends().streams_of(agent_id_);
