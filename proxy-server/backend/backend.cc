@@ -357,7 +357,6 @@ void Backend::on_read_end() {
 
 void Backend::OnDone() {
   mark_done();
-  router_.metrics().grpc_connect.Decrement();
   if (!cancelled_by_us_) {
     bool cancelled = call_->ctx.IsCancelled();
     // Upstream counts a failed Recv (not a clean end) as a stream error without a packet, and a
@@ -371,6 +370,8 @@ void Backend::OnDone() {
           cancelled ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, type);
     }
   }
+  // After the errors are counted: whoever sees the gauge drop sees them too.
+  router_.metrics().grpc_connect.Decrement();
   on_read_end();  // idempotent; covers streams finished before reading began
   call_.reset();
   live_.remove();
