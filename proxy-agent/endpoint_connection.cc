@@ -76,12 +76,18 @@ void EndpointConnection::start(std::string address) {
 }
 
 void EndpointConnection::deliver(Packet&& data) {
+  auto direct = write_role_.deliver(data.data().data(), core::relay::kDirectWriteMax);
+  if (direct.written > 0) written_to_socket(direct.written, true);
+  if (!direct.post) return;
+  // The worker writes the rest, and everything after it, in order.
+  if (direct.written > 0) data.mutable_data()->mutable_data()->erase(0, direct.written);
   auto n = static_cast<int64_t>(tunnel::data_size(data));
   int64_t total = pending_writes_.fetch_add(n, std::memory_order_relaxed) + n;
   if (total > static_cast<int64_t>(settings_.write_queue_cap)) {
     // The endpoint does not keep up and the server cannot be slowed down for this connection
     // alone: close it alone rather than stall the stream (STYLE head-of-line policy).
     pending_writes_.fetch_sub(n, std::memory_order_relaxed);
+    write_role_.arrived();  // not posted: the connection is closed for it
     if (!overflowed_.exchange(true)) {
       asio::post(ctx_, [self = shared_from_this()] {
         if (self->state_ == State::Closed) return;
@@ -121,6 +127,7 @@ void EndpointConnection::close_write() {
       return;
     }
     self->server_eof_ = true;
+    self->write_role_.close();  // no DATA comes after it; the socket's write side will shut
     if (self->endpoint_eof_) {
       self->close("both sides finished sending", CloseFlags::SendCloseResponse | CloseFlags::Flush);
       return;
@@ -170,7 +177,14 @@ void EndpointConnection::abandon() {
 }
 
 void EndpointConnection::on_written(size_t data_bytes) {
-  asio::post(ctx_, [self = shared_from_this(), data_bytes] { self->written_back(data_bytes); });
+  auto n = static_cast<int64_t>(data_bytes);
+  int64_t left = in_stream_.fetch_sub(n) - n;
+  // Only a paused read loop needs its worker woken: a post per packet would cost a context
+  // switch per packet. Pairs with the read loop's store-then-recheck (both sequentially
+  // consistent), so a pause and the last write cannot miss each other.
+  if (left <= static_cast<int64_t>(settings_.queue_high_watermark / 2) && queue_paused_.load()) {
+    asio::post(ctx_, [self = shared_from_this()] { self->resume_if_drained(); });
+  }
 }
 
 core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
@@ -275,24 +289,41 @@ core::io::Awaitable<void> EndpointConnection::read_loop() {
       buf.resize(n);
     }
     bytes_up_ += n;
-    in_stream_ += static_cast<int64_t>(n);
+    int64_t in_stream = in_stream_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
     if (settings_.flow_control) credit_ -= static_cast<int64_t>(n);
     stats_->bytes_from_endpoints.fetch_add(n, std::memory_order_relaxed);
     if (!stream_->send(tunnel::make_data(connect_id_, std::move(buf)), self)) {
       close("server stream closing", CloseFlags::None);
       break;
     }
-    if (in_stream_ > static_cast<int64_t>(settings_.queue_high_watermark)) {
+    if (in_stream > static_cast<int64_t>(settings_.queue_high_watermark)) {
+      queue_paused_.store(true);
       pause(PauseReason::QueueFull);
+      resume_if_drained();  // the stream may have drained before the flag was set
     }
     if (settings_.flow_control && credit_ <= 0) pause(PauseReason::NoCredit);
   }
 }
 
-void EndpointConnection::written_back(size_t data_bytes) {
-  in_stream_ -= static_cast<int64_t>(data_bytes);
-  if (in_stream_ <= static_cast<int64_t>(settings_.queue_high_watermark / 2)) {
+void EndpointConnection::resume_if_drained() {
+  if (!gate_.paused_for(PauseReason::QueueFull)) return;
+  if (in_stream_.load() <= static_cast<int64_t>(settings_.queue_high_watermark / 2)) {
+    queue_paused_.store(false);
     resume(PauseReason::QueueFull);
+  }
+}
+
+void EndpointConnection::written_to_socket(size_t n, bool return_credit) {
+  bytes_down_.fetch_add(n, std::memory_order_relaxed);
+  stats_->bytes_to_endpoints.fetch_add(n, std::memory_order_relaxed);
+  if (!settings_.flow_control || !return_credit) return;
+  auto add = static_cast<int64_t>(n);
+  if (unacked_.fetch_add(add) + add < tunnel::kWindowUpdateThreshold) return;
+  // Whoever crossed the threshold returns everything counted so far (the worker and a direct
+  // write may both get here; the second finds little or nothing).
+  int64_t bytes = unacked_.exchange(0);
+  if (bytes > 0 && stream_->send(tunnel::make_window_update(connect_id_, bytes))) {
+    stats_->window_updates_sent.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -308,6 +339,7 @@ void EndpointConnection::resume(PauseReason reason) {
 }
 
 void EndpointConnection::enqueue_write(Packet&& data) {
+  write_role_.arrived();
   if (state_ == State::Closed || (state_ == State::Closing && !flushing_)) {
     pending_writes_.fetch_sub(static_cast<int64_t>(tunnel::data_size(data)),
                               std::memory_order_relaxed);
@@ -323,6 +355,11 @@ void EndpointConnection::write_next() {
   if (writes_.empty()) {
     if (state_ == State::Closing) finish_close();
     maybe_shutdown_write();
+    if (state_ == State::Established && !server_eof_) {
+      // Nothing queued or in flight: small packets may go straight to the socket (unless one
+      // is still on its way here; this is called again once it is written).
+      write_role_.open(socket_.native_handle());
+    }
     return;
   }
   write_buffers_.clear();
@@ -348,8 +385,7 @@ void EndpointConnection::on_socket_written(std::error_code ec, size_t n) {
   }
   write_count_ = 0;
   pending_writes_.fetch_sub(static_cast<int64_t>(queued), std::memory_order_relaxed);
-  bytes_down_ += n;
-  stats_->bytes_to_endpoints.fetch_add(n, std::memory_order_relaxed);
+  written_to_socket(n, state_ == State::Established);
   if (state_ == State::Closed) return;
   if (ec) {
     if (state_ == State::Closing) {
@@ -358,15 +394,6 @@ void EndpointConnection::on_socket_written(std::error_code ec, size_t n) {
       close("write error: " + ec.message(), CloseFlags::SendCloseResponse, ec.message());
     }
     return;
-  }
-  if (settings_.flow_control && state_ == State::Established) {
-    unacked_ += static_cast<int64_t>(n);
-    if (unacked_ >= tunnel::kWindowUpdateThreshold) {
-      if (stream_->send(tunnel::make_window_update(connect_id_, unacked_))) {
-        stats_->window_updates_sent.fetch_add(1, std::memory_order_relaxed);
-      }
-      unacked_ = 0;
-    }
   }
   write_next();
 }
@@ -379,6 +406,7 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
     cancel_timer_.cancel();
     return;
   }
+  write_role_.close();
   close_reason_ = reason;
   set_state(State::Closing);
   stats_->open_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
@@ -407,6 +435,7 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
 void EndpointConnection::finish_close() {
   if (state_ == State::Closed) return;
   set_state(State::Closed);
+  write_role_.close();  // before the descriptor can be closed and reused
   std::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
@@ -426,7 +455,7 @@ void EndpointConnection::finish_close() {
                 .count();
   KONN_CONN_LOG((&logger()), info, *this,
                 "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
-                close_reason_, bytes_up_, bytes_down_, ms);
+                close_reason_, bytes_up_, bytes_down_.load(), ms);
 }
 
 void EndpointConnection::set_state(State s) {

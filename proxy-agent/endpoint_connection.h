@@ -16,6 +16,7 @@
 #include "core/io/descriptor_reserve.h"
 #include "core/net/destination_policy.h"
 #include "core/relay/read_gate.h"
+#include "core/relay/write_role.h"
 #include "core/tunnel/packet_stream.h"
 #include "proxy-agent/agent_stats.h"
 
@@ -56,7 +57,9 @@ struct EndpointSettings {
 // packet per read. Reading pauses while too many of our bytes wait in the stream (WriteListener
 // tells when they leave) or, with flow control, while the window is used up.
 // Server -> endpoint: DATA packets are queued and written from the packet's own bytes, one
-// async_write (gathering several packets) in flight at a time.
+// async_write (gathering several packets) in flight at a time. While that queue is empty the
+// connection opens its WriteRole: the gRPC thread then writes a small packet to the socket itself
+// (no post, no wake-up of the worker), and anything that does not go out whole is posted as before.
 class EndpointConnection : public core::tunnel::WriteListener,
                            public std::enable_shared_from_this<EndpointConnection> {
  public:
@@ -117,7 +120,11 @@ class EndpointConnection : public core::tunnel::WriteListener,
   void enqueue_write(Packet&& data);
   void write_next();
   void on_socket_written(std::error_code ec, size_t n);
-  void written_back(size_t data_bytes);
+  // Our DATA left the stream's queue far enough for a paused read loop to go on.
+  void resume_if_drained();
+  // Bytes written to the socket, by the worker or directly (any thread): counters and, with flow
+  // control, the credit returned to the server.
+  void written_to_socket(size_t n, bool return_credit);
   void pause(core::relay::PauseReason reason);
   void resume(core::relay::PauseReason reason);
   // First call wins; later calls return. `error` goes into CLOSE_RSP.
@@ -148,9 +155,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   asio::steady_timer flush_timer_;   // bounds Closing
   bool dial_cancelled_ = false;
   core::relay::ReadGate gate_;
-  int64_t in_stream_ = 0;      // our DATA bytes still in the stream's queue
   int64_t credit_ = 0;         // flow control: bytes we may still send
-  int64_t unacked_ = 0;        // flow control: bytes written to the socket, credit not returned yet
   std::deque<Packet> writes_;  // DATA from the server; the first write_count_ are being written
   std::vector<asio::const_buffer> write_buffers_;
   size_t write_count_ = 0;
@@ -160,13 +165,18 @@ class EndpointConnection : public core::tunnel::WriteListener,
   bool server_eof_ = false;    // half-close: the server sent KONN_CLOSE_WRITE
   bool write_shut_ = false;    // half-close: our write side of the socket is shut down
   std::string close_reason_;
-  uint64_t bytes_up_ = 0;    // endpoint -> server
-  uint64_t bytes_down_ = 0;  // server -> endpoint
+  uint64_t bytes_up_ = 0;  // endpoint -> server
   std::chrono::steady_clock::time_point started_;
 
   // Shared with gRPC threads.
-  std::atomic<int64_t> pending_writes_{0};  // bytes delivered but not yet written to the socket
+  core::relay::WriteRole write_role_;
+  std::atomic<int64_t> pending_writes_{0};  // bytes posted but not yet written to the socket
   std::atomic<bool> overflowed_{false};
+  std::atomic<int64_t> in_stream_{0};  // our DATA bytes still in the stream's queue
+  // The read loop paused for in_stream_: only then does on_written() wake the worker.
+  std::atomic<bool> queue_paused_{false};
+  std::atomic<int64_t> unacked_{0};      // flow control: written, credit not returned yet
+  std::atomic<uint64_t> bytes_down_{0};  // server -> endpoint
 };
 
 const char* to_string(EndpointConnection::State s);

@@ -17,6 +17,7 @@
 #include "core/net/dialer.h"
 #include "core/net/endpoint.h"
 #include "core/net/listener.h"
+#include "core/relay/write_role.h"
 #include "core/tunnel/packet.h"
 #include "proxy-server/backend/backend.h"
 #include "proxy-server/tunnel/frontend.h"
@@ -65,7 +66,8 @@ auto& lowest(asio::local::stream_protocol::socket& s) { return s; }
 auto& lowest(asio::ssl::stream<asio::ip::tcp::socket>& s) { return s.lowest_layer(); }
 
 // One CONNECT connection. Everything but the Frontend methods runs on the connection's executor;
-// the Frontend methods (gRPC threads) only post to it, apart from the atomics they document.
+// the Frontend methods (gRPC threads) only post to it, apart from the atomics they document and,
+// on a plain socket, DATA written straight to the client while nothing waits in out_ (WriteRole).
 template <typename Stream>
 class ConnectSession : public Frontend,
                        public std::enable_shared_from_this<ConnectSession<Stream>> {
@@ -110,6 +112,12 @@ class ConnectSession : public Frontend,
     return true;
   }
   void deliver_data(Packet&& p) override {
+    if constexpr (!kTls) {  // a TLS stream is written by its executor only (OpenSSL state)
+      auto direct = write_role_.deliver(p.data().data(), core::relay::kDirectWriteMax);
+      if (direct.written > 0) written_to_client(direct.written);
+      if (!direct.post) return;
+      if (direct.written > 0) p.mutable_data()->mutable_data()->erase(0, direct.written);
+    }
     asio::post(stream_.get_executor(),
                [self = this->shared_from_this(), p = std::move(p)]() mutable {
                  self->queue_to_client(std::move(p));
@@ -432,6 +440,7 @@ class ConnectSession : public Frontend,
   void agent_finished_sending() {
     if (closed_ || !established_) return;
     agent_done_ = true;
+    if constexpr (!kTls) write_role_.close();  // the write side shuts once out_ is written
     if constexpr (kTls) {
       if (!closing_ && !client_done_) {
         closing_ = true;
@@ -457,6 +466,7 @@ class ConnectSession : public Frontend,
   }
 
   void queue_to_client(Packet&& p) {
+    if constexpr (!kTls) write_role_.arrived();
     if (closed_ || !established_) return;
     size_t n = p.data().data().size();
     if (!flow_control_ && to_client_queued_ + n > router_.options().tunnel_queue_cap_bytes()) {
@@ -475,6 +485,14 @@ class ConnectSession : public Frontend,
     pump_writes();
   }
 
+  // Bytes the gRPC thread wrote to the client itself (WriteRole): counted as the executor's
+  // writes are; credit goes back from here.
+  void written_to_client(size_t n) {
+    bytes_to_client_ += n;
+    router_.metrics().bytes_to_client.Increment(static_cast<double>(n));
+    return_credit(n);
+  }
+
   void pump_writes() {
     if (writing_ || out_.empty()) {
       if (!writing_ && out_.empty() && flush_then_close_) {
@@ -483,6 +501,11 @@ class ConnectSession : public Frontend,
         write_shut_ = true;
         std::error_code ignored;
         lowest(stream_).shutdown(asio::socket_base::shutdown_send, ignored);
+      } else if constexpr (!kTls) {
+        if (!writing_ && established_ && !closed_ && !agent_done_) {
+          // Nothing queued or in flight: small DATA may go straight to the client.
+          write_role_.open(lowest(stream_).native_handle());
+        }
       }
       return;
     }
@@ -509,18 +532,20 @@ class ConnectSession : public Frontend,
                       });
   }
 
+  // From the executor or, for direct writes, the gRPC thread (hence the atomic exchange).
   void return_credit(size_t n) {
     if (!flow_control_) return;
-    consumed_ += static_cast<int64_t>(n);
-    if (consumed_ >= core::tunnel::kWindowUpdateThreshold) {
-      backend_->send(make_window_update(connect_id_, consumed_));
-      consumed_ = 0;
+    auto add = static_cast<int64_t>(n);
+    if (consumed_.fetch_add(add) + add < core::tunnel::kWindowUpdateThreshold) return;
+    if (int64_t bytes = consumed_.exchange(0); bytes > 0) {
+      backend_->send(make_window_update(connect_id_, bytes));
     }
   }
 
   // CLOSE_RSP (or the agent stream's end): write what is queued, then close.
   void agent_closed(const std::string& reason) {
     if (closed_) return;
+    if constexpr (!kTls) write_role_.close();
     closed_ = true;
     close_reason_ = reason;
     flush_then_close_ = true;
@@ -531,6 +556,7 @@ class ConnectSession : public Frontend,
   // Ends the tunnel now; with `notify_agent`, the agent is told to close its side.
   void close_tunnel(const std::string& reason, bool notify_agent) {
     if (closed_) return;
+    if constexpr (!kTls) write_role_.close();
     closed_ = true;
     close_reason_ = reason;
     if (established_ && backend_) {
@@ -547,6 +573,7 @@ class ConnectSession : public Frontend,
   void finish_socket() {
     if (socket_done_) return;
     socket_done_ = true;
+    if constexpr (!kTls) write_role_.close();  // before the descriptor can be closed and reused
     if (close_timer_) close_timer_->cancel();
     std::error_code ignored;
     lowest(stream_).shutdown(asio::socket_base::shutdown_both, ignored);
@@ -559,7 +586,7 @@ class ConnectSession : public Frontend,
     }
     KONN_CONN_LOG(log_, debug, *this,
                   "http-connect tunnel closed: {} address={} from_client={}B to_client={}B",
-                  close_reason_, address_, bytes_from_client_, bytes_to_client_);
+                  close_reason_, address_, bytes_from_client_, bytes_to_client_.load());
   }
 
   // The socket's descriptor state (WorkerPool::place). First, so it is returned last.
@@ -572,6 +599,7 @@ class ConnectSession : public Frontend,
   asio::steady_timer resume_;  // reader backpressure
   std::unique_ptr<asio::steady_timer> close_timer_;
   ToAgentListener listener_;
+  core::relay::WriteRole write_role_;  // plain sockets only (TLS: never opened)
 
   std::string address_;
   int64_t random_ = 0;
@@ -593,19 +621,19 @@ class ConnectSession : public Frontend,
   std::list<Packet> out_;
   size_t to_client_queued_ = 0;
   bool writing_ = false;
-  int64_t consumed_ = 0;
-  bool closing_ = false;      // CLOSE_REQ sent after the client's EOF
-  bool half_close_ = false;   // the agent passes half-closes (konn-half-close)
-  bool client_done_ = false;  // half-close: the client's EOF was sent to the agent
-  bool agent_done_ = false;   // half-close: the destination finished sending
-  bool write_shut_ = false;   // half-close: the client socket's write side is shut down
+  std::atomic<int64_t> consumed_{0};  // flow control: written, credit not returned yet
+  bool closing_ = false;              // CLOSE_REQ sent after the client's EOF
+  bool half_close_ = false;           // the agent passes half-closes (konn-half-close)
+  bool client_done_ = false;          // half-close: the client's EOF was sent to the agent
+  bool agent_done_ = false;           // half-close: the destination finished sending
+  bool write_shut_ = false;           // half-close: the client socket's write side is shut down
   bool closed_ = false;
   bool flush_then_close_ = false;
   bool has_slot_ = false;  // took a --max-frontend-streams slot in start()
   bool socket_done_ = false;
   std::string close_reason_;
   uint64_t bytes_from_client_ = 0;
-  uint64_t bytes_to_client_ = 0;
+  std::atomic<uint64_t> bytes_to_client_{0};  // also counted by direct writes
 };
 
 }  // namespace
