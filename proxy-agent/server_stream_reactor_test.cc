@@ -758,7 +758,11 @@ TEST_CASE("readiness follows the server connection, metrics keep upstream names"
   CHECK(metrics.find("konnectivity_network_proxy_agent_open_endpoint_connections 1") !=
         std::string::npos);
   CHECK(metrics.find("konnectivity_network_proxy_agent_known_server_count 1") != std::string::npos);
-  CHECK(metrics.find("konn_agent_bytes_total{direction=\"to_endpoint\"} 4") != std::string::npos);
+  // Counted once the write returned, which may be after the echo came back: wait for it.
+  CHECK(eventually([&] {
+    return http_get(app.admin_port(), "/metrics")
+               .find("konn_agent_bytes_total{direction=\"to_endpoint\"} 4") != std::string::npos;
+  }));
 
   server->shutdown();
   REQUIRE(eventually([&] { return app.servers().connected() == 0; }));
