@@ -70,7 +70,9 @@ ServerStreamReactor::ServerStreamReactor(std::shared_ptr<grpc::Channel> channel,
       pool_(pool),
       stats_(std::move(stats)),
       on_handshake_(std::move(on_handshake)),
-      on_end_(std::move(on_end)) {}
+      on_end_(std::move(on_end)) {
+  arm(1);  // the finish hold, released by start_finish_op
+}
 
 ServerStreamReactor::~ServerStreamReactor() = default;
 
@@ -92,9 +94,8 @@ void ServerStreamReactor::start() {
   call_ = stub_->PrepareAsyncConnect(&context_, driver_.cq());
   // The call's status is asked for (Finish) once the response headers are in: a Finish issued
   // earlier would ask for them a second time.
-  outstanding_.fetch_add(2);
-  call_->StartCall(core::tunnel::hand_over(&started_tag_));
-  call_->ReadInitialMetadata(core::tunnel::hand_over(&metadata_tag_));
+  call_->StartCall(tag(&started_tag_));
+  call_->ReadInitialMetadata(tag(&metadata_tag_));
 }
 
 void ServerStreamReactor::on_call_started(bool) {
@@ -106,9 +107,8 @@ void ServerStreamReactor::on_call_started(bool) {
     call_started_ = true;
     d = deferred_;
   }
-  if (d.kind == Deferred::Write)
-    call_->Write(*d.packet, d.opts, core::tunnel::hand_over(&write_tag_));
-  if (d.kind == Deferred::WritesDone) call_->WritesDone(core::tunnel::hand_over(&writes_done_tag_));
+  if (d.kind == Deferred::Write) call_->Write(*d.packet, d.opts, d.tag);
+  if (d.kind == Deferred::WritesDone) call_->WritesDone(d.tag);
   settle();
 }
 
@@ -120,28 +120,9 @@ bool ServerStreamReactor::defer_until_started(Deferred d) {
 }
 
 void ServerStreamReactor::on_initial_metadata(bool ok) {
-  outstanding_.fetch_add(1);
-  call_->Finish(&final_status_, core::tunnel::hand_over(&finished_tag_));
+  call_->Finish(&final_status_, settle_tag());
   OnReadInitialMetadataDone(ok);
   settle();
-}
-
-void ServerStreamReactor::on_read(bool ok) {
-  handle_read_done(ok);
-  settle();
-}
-
-void ServerStreamReactor::on_write(bool ok) {
-  handle_write_done(ok);
-  settle();
-}
-
-void ServerStreamReactor::on_writes_done(bool) { settle(); }
-
-void ServerStreamReactor::on_finished(bool) { settle(); }
-
-void ServerStreamReactor::settle() {
-  if (outstanding_.fetch_sub(1) == 1) OnDone(final_status_);
 }
 
 void ServerStreamReactor::drain() {
@@ -245,24 +226,19 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
 }
 
 void ServerStreamReactor::start_write_op(const Packet* p, grpc::WriteOptions opts) {
-  outstanding_.fetch_add(1);
-  if (defer_until_started(Deferred{Deferred::Write, p, opts})) return;
-  call_->Write(*p, opts, core::tunnel::hand_over(&write_tag_));
+  void* t = write_tag();
+  if (defer_until_started(Deferred{Deferred::Write, t, p, opts})) return;
+  call_->Write(*p, opts, t);
 }
 
-void ServerStreamReactor::start_read_op(Packet* p) {
-  outstanding_.fetch_add(1);
-  call_->Read(p, core::tunnel::hand_over(&read_tag_));
-}
+void ServerStreamReactor::start_read_op(Packet* p) { call_->Read(p, read_tag()); }
 
 void ServerStreamReactor::start_finish_op(const grpc::Status&) {
   // A client has no Finish of its own: half-close our side so the server ends the call, then
   // release the hold, so that OnDone comes once every operation completed.
-  outstanding_.fetch_add(1);
-  if (!defer_until_started(Deferred{Deferred::WritesDone, nullptr, {}})) {
-    call_->WritesDone(core::tunnel::hand_over(&writes_done_tag_));
-  }
-  settle();
+  void* t = settle_tag();
+  if (!defer_until_started(Deferred{Deferred::WritesDone, t, nullptr, {}})) call_->WritesDone(t);
+  release_finish_hold();
 }
 
 void ServerStreamReactor::cancel_op(const grpc::Status&) {

@@ -12,8 +12,8 @@
 #include <grpcpp/support/async_stream.h>
 
 #include "core/io/worker_pool.h"
+#include "core/tunnel/async_packet_stream.h"
 #include "core/tunnel/completion_driver.h"
-#include "core/tunnel/packet_stream.h"
 #include "konnectivity/agent.grpc.pb.h"
 #include "proxy-agent/agent_stats.h"
 #include "proxy-agent/connection_table.h"
@@ -56,7 +56,7 @@ struct Handshake {
 //
 // Lifetime: create() returns a shared_ptr; the reactor also holds itself until OnDone. Owners
 // (ServerSet) keep shared_ptrs.
-class ServerStreamReactor : public core::tunnel::PacketStream {
+class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamReactor> {
  public:
   // Runs on the driver thread once the headers were checked. Returns true to keep the stream
   // (reads start), false to drop it (e.g. a duplicate server id).
@@ -111,22 +111,20 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   void on_write_failed(const Packet& p) override;
 
  private:
-  // Completions, on the driver's thread. Each runs its reaction, then settle().
+  friend class core::tunnel::AsyncPacketStream<ServerStreamReactor>;
+  // Completions, on the driver's thread. Each runs its reaction, then settle() (reads, writes,
+  // the half-close and the finish complete in AsyncPacketStream).
   void on_call_started(bool ok);
   void on_initial_metadata(bool ok);
-  void on_read(bool ok);
-  void on_write(bool ok);
-  void on_writes_done(bool ok);
-  void on_finished(bool ok);
+  void call_over() { OnDone(final_status_); }
   // The reactions, named as in the callback API.
   void OnReadInitialMetadataDone(bool ok);
   void OnDone(const grpc::Status& status);
-  // One operation (or the finish hold) is over; the last one runs OnDone.
-  void settle();
   // A write or the half-close, held back while StartCall is in flight (at most one: PacketStream
   // has one write or its finish outstanding at a time).
   struct Deferred {
     enum Kind { None, Write, WritesDone } kind = None;
+    void* tag = nullptr;  // counted when the operation was asked for
     const Packet* packet = nullptr;
     grpc::WriteOptions opts;
   };
@@ -145,19 +143,12 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientAsyncReaderWriter<Packet, Packet>> call_;
   grpc::Status final_status_;  // set by the Finish operation
-  // Operations started and not yet completed, plus one hold released by start_finish_op: at
-  // zero the call is over (OnDone).
-  std::atomic<int> outstanding_{1};
-  std::mutex start_mu_;  // guards the two below
+  std::mutex start_mu_;        // guards the two below
   bool call_started_ = false;
   Deferred deferred_;
   using Self = ServerStreamReactor;
   core::tunnel::MemberTag<Self, &Self::on_call_started> started_tag_{this};
   core::tunnel::MemberTag<Self, &Self::on_initial_metadata> metadata_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_read> read_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_write> write_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_writes_done> writes_done_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_finished> finished_tag_{this};
   const StreamConfig config_;
   core::io::WorkerPool& pool_;
   std::shared_ptr<AgentStats> stats_;

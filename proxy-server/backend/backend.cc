@@ -26,21 +26,6 @@ std::vector<std::string> metadata_values(const grpc::ServerContext& ctx, const s
 
 }  // namespace
 
-void LiveCalls::add() {
-  std::lock_guard lock(mu_);
-  ++count_;
-}
-
-void LiveCalls::remove() {
-  std::lock_guard lock(mu_);
-  if (--count_ == 0) cv_.notify_all();
-}
-
-bool LiveCalls::wait_none(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, timeout, [this] { return count_ == 0; });
-}
-
 Backend::Backend(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
                  LiveCalls& live, Router& router)
     : service_(service),
@@ -56,7 +41,8 @@ void Backend::accept(AgentService::AsyncService& service, core::tunnel::Completi
   // Counted from the request on: a call accepted just before the server's shutdown still has
   // its first reactions to run, and they start operations on the queue.
   live.add();
-  b->call_->ctx.AsyncNotifyWhenDone(core::tunnel::hand_over(&b->call_done_tag_));
+  b->arm(2);  // the finish hold and the done notification
+  b->call_->ctx.AsyncNotifyWhenDone(b->done_tag());
   service.RequestConnect(&b->call_->ctx, &b->call_->stream, driver.cq(), driver.server_cq(),
                          core::tunnel::hand_over(&b->accepted_tag_));
 }
@@ -70,8 +56,6 @@ void Backend::on_accepted(bool ok) {
     return;
   }
   accept(service_, driver_, live_, router_);
-  // The finish hold and the done notification.
-  outstanding_.store(2);
   peer_ = call_->ctx.peer();
   router_.metrics().grpc_connect.Increment();
   begin();
@@ -82,38 +66,15 @@ void Backend::on_metadata_sent(bool ok) {
   settle();
 }
 
-void Backend::on_read(bool ok) {
-  handle_read_done(ok);
-  settle();
-}
-
-void Backend::on_write(bool ok) {
-  handle_write_done(ok);
-  settle();
-}
-
-void Backend::on_finished(bool) { settle(); }
-
-void Backend::on_call_done(bool) { settle(); }
-
-void Backend::settle() {
-  if (outstanding_.fetch_sub(1) == 1) OnDone();
-}
-
 void Backend::start_write_op(const Packet* p, grpc::WriteOptions opts) {
-  outstanding_.fetch_add(1);
-  call_->stream.Write(*p, opts, core::tunnel::hand_over(&write_tag_));
+  call_->stream.Write(*p, opts, write_tag());
 }
 
-void Backend::start_read_op(Packet* p) {
-  outstanding_.fetch_add(1);
-  call_->stream.Read(p, core::tunnel::hand_over(&read_tag_));
-}
+void Backend::start_read_op(Packet* p) { call_->stream.Read(p, read_tag()); }
 
 void Backend::start_finish_op(const grpc::Status& s) {
-  outstanding_.fetch_add(1);
-  call_->stream.Finish(s, core::tunnel::hand_over(&finished_tag_));
-  settle();  // the hold
+  call_->stream.Finish(s, settle_tag());
+  release_finish_hold();
 }
 
 void Backend::begin() {
@@ -214,8 +175,7 @@ void Backend::admit() {
     call_->ctx.AddInitialMetadata(core::tunnel::kFlowControlHeader,
                                   core::tunnel::kFlowControlVersion);
   }
-  outstanding_.fetch_add(1);
-  call_->stream.SendInitialMetadata(core::tunnel::hand_over(&metadata_tag_));
+  call_->stream.SendInitialMetadata(tag(&metadata_tag_));
   router_.add_backend(self_);
   registered_ = true;
   size_t same = router_.backends().streams_of(agent_id_);

@@ -1,10 +1,7 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include <grpcpp/server_context.h>
@@ -12,31 +9,15 @@
 #include <spdlog/logger.h>
 
 #include "core/tunnel/agent_identifiers.h"
+#include "core/tunnel/async_packet_stream.h"
 #include "core/tunnel/completion_driver.h"
-#include "core/tunnel/packet_stream.h"
 #include "konnectivity/agent.grpc.pb.h"
 #include "proxy-server/tunnel/connection_table.h"
 
 namespace konn::server {
 
 class Router;
-
-// The Backends whose request for a call is pending, or whose call has not finished yet (OnDone).
-// After the server's Shutdown (which fails pending requests and cancels calls), its completion
-// queue may be shut down only once there are none: a Backend still ending would start its finish
-// operation on a queue that is shut down, which gRPC refuses by aborting.
-class LiveCalls {
- public:
-  void add();
-  void remove();
-  // Waits until none is left; false when `timeout` passed first.
-  bool wait_none(std::chrono::milliseconds timeout);
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int count_ = 0;
-};
+using core::tunnel::LiveCalls;
 
 // One agent's `AgentService/Connect` stream: the backend that carries many tunnels. Its read
 // loop is never paused for one tunnel's sake (no head-of-line blocking): packets are handed to
@@ -52,7 +33,7 @@ class LiveCalls {
 // Exception to STYLE rule 7's `delete this`: the reactor is owned by a shared_ptr to itself
 // (`self_`) released in OnDone, because frontends hold it too and must be able to call send()
 // safely after the stream ended.
-class Backend : public core::tunnel::PacketStream {
+class Backend : public core::tunnel::AsyncPacketStream<Backend> {
  public:
   // Asks for the next agent call on `driver`'s server queue. When one arrives, its Backend asks
   // for the next one and then serves it: it validates the agent's metadata, answers with
@@ -80,15 +61,12 @@ class Backend : public core::tunnel::PacketStream {
           LiveCalls& live, Router& router);
 
  private:
-  // Completions, on the driver's thread. Each runs its reaction, then settle().
+  friend class core::tunnel::AsyncPacketStream<Backend>;
+  // Completions, on the driver's thread (reads, writes, the finish and the done notification
+  // complete in AsyncPacketStream).
   void on_accepted(bool ok);
   void on_metadata_sent(bool ok);
-  void on_read(bool ok);
-  void on_write(bool ok);
-  void on_finished(bool ok);
-  void on_call_done(bool ok);
-  // One operation (or the finish hold) is over; the last one runs OnDone.
-  void settle();
+  void call_over() { OnDone(); }
   // The reactions, named as in the callback API.
   void OnSendInitialMetadataDone(bool ok);
   void OnDone();
@@ -124,16 +102,9 @@ class Backend : public core::tunnel::PacketStream {
     grpc::ServerAsyncReaderWriter<Packet, Packet> stream{&ctx};
   };
   std::unique_ptr<Call> call_ = std::make_unique<Call>();
-  // Operations started and not yet completed, plus one hold released by start_finish_op (and
-  // the call's done notification): at zero the call is over (OnDone).
-  std::atomic<int> outstanding_{0};
   using Self = Backend;
   core::tunnel::MemberTag<Self, &Self::on_accepted> accepted_tag_{this};
   core::tunnel::MemberTag<Self, &Self::on_metadata_sent> metadata_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_read> read_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_write> write_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_finished> finished_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_call_done> call_done_tag_{this};
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
   std::shared_ptr<Backend> self_;
