@@ -81,6 +81,7 @@ void ServerApp::start() {
       b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                            millis(options_.tls_handshake_timeout));
       b.RegisterService(proxy_service_.get());
+      auto cq = b.AddCompletionQueue();
       if (!options_.uds_name.empty()) {
         if (options_.delete_existing_uds_file) core::net::remove_stale_socket(options_.uds_name);
         b.AddListeningPort("unix:" + options_.uds_name, grpc::InsecureServerCredentials());
@@ -105,6 +106,9 @@ void ServerApp::start() {
         KONN_LOG(log_, info, "frontend (grpc, mTLS) listening on {}",
                  bind_spec(options_.server_bind_address, frontend_port_));
       }
+      // Only the arrival of calls: their operations complete on the agent streams' queue.
+      frontend_driver_ =
+          std::make_unique<core::tunnel::CompletionDriver>("frontend-calls", std::move(cq));
     }
   }
   // Agents: always TLS; mTLS when --cluster-ca-cert is given.
@@ -130,9 +134,9 @@ void ServerApp::start() {
       throw std::runtime_error("cannot listen for agents on " +
                                bind_spec(options_.agent_bind_address, options_.agent_port));
     }
-    agent_driver_ =
-        std::make_unique<core::tunnel::CompletionDriver>("agent-streams", std::move(cq));
+    agent_driver_ = std::make_unique<core::tunnel::CompletionDriver>("grpc-streams", std::move(cq));
     agent_service_->accept(*agent_driver_);
+    if (frontend_driver_) proxy_service_->accept(*frontend_driver_, agent_driver_->cq());
     KONN_LOG(log_, info, "agent listener (grpc, {}) on {}",
              options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
              bind_spec(options_.agent_bind_address, agent_port_));
@@ -346,18 +350,24 @@ void ServerApp::shutdown() {
   } else if (agent_server_) {
     agent_server_->Shutdown(now);
   }
-  // Between the agent server's shutdown, which cancelled every call on its queue, and its
-  // destruction: the queue still holds the last request for a call, whose completion reads the
-  // server, and each cancelled call's Backend has yet to issue its finish operation.
-  if (agent_driver_) {
-    if (agent_service_->wait_calls_done(kAgentCallsWait)) {
+  // Between the servers' shutdown, which cancelled every call, and their destruction: each
+  // queue still holds the last request for a call, whose completion reads its server, and each
+  // cancelled call (Backend, GrpcFrontend, both with operations on the agent streams' queue) has
+  // yet to issue its finish operation.
+  if (agent_driver_ || frontend_driver_) {
+    bool frontends_done = proxy_service_->wait_calls_done(kAgentCallsWait);
+    bool agents_done = agent_service_->wait_calls_done(kAgentCallsWait);
+    if (frontends_done && agents_done) {
+      frontend_driver_.reset();
       agent_driver_.reset();
     } else {
-      // Shutting the queue down now would abort the process: leave it and its server to the
-      // process's exit.
-      KONN_LOG(log_, warn, "agent streams did not finish within {} ms; exiting without them",
-               kAgentCallsWait.count());
+      // Shutting a queue down now would abort the process: leave the queues and their servers
+      // to the process's exit.
+      KONN_LOG(log_, warn, "{} streams did not finish within {} ms; exiting without them",
+               frontends_done ? "agent" : "frontend", kAgentCallsWait.count());
+      (void)frontend_driver_.release();
       (void)agent_driver_.release();
+      (void)frontend_server_.release();
       (void)agent_server_.release();
     }
   }

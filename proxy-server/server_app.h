@@ -87,8 +87,11 @@ class ServerApp {
   std::unique_ptr<core::io::WorkerPool> pool_;
   std::unique_ptr<HttpConnectServer> http_connect_;
   std::unique_ptr<grpc::Server> agent_server_;
-  // Drains agent_server_'s completion queue: the agent streams' reactions run on its thread.
+  // Drains agent_server_'s completion queue: the reactions of the agent streams, and of the gRPC
+  // frontend's calls, run on its thread.
   std::unique_ptr<core::tunnel::CompletionDriver> agent_driver_;
+  // Drains frontend_server_'s queue, where only the arrival of its calls is announced.
+  std::unique_ptr<core::tunnel::CompletionDriver> frontend_driver_;
   asio::io_context signals_ctx_;
   int agent_port_ = 0;
   int frontend_port_ = 0;

@@ -34,31 +34,61 @@ const char* GrpcFrontend::to_string(State s) {
   return "?";
 }
 
-GrpcFrontend::GrpcFrontend(grpc::CallbackServerContext* ctx, Router& router)
-    : ctx_(ctx), router_(router), log_(core::log::get("server.frontend")) {
+GrpcFrontend::GrpcFrontend(ProxyService::AsyncService& service,
+                           core::tunnel::CompletionDriver& notify, grpc::CompletionQueue* calls,
+                           core::tunnel::LiveCalls& live, Router& router)
+    : service_(service),
+      notify_(notify),
+      calls_(calls),
+      live_(live),
+      router_(router),
+      log_(core::log::get("server.frontend")) {
   to_agent_listener_.owner = this;
   to_client_listener_.owner = this;
 }
 
 GrpcFrontend::~GrpcFrontend() = default;
 
-GrpcFrontend* GrpcFrontend::start(grpc::CallbackServerContext* ctx, Router& router) {
-  std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(ctx, router));
+void GrpcFrontend::accept(ProxyService::AsyncService& service,
+                          core::tunnel::CompletionDriver& notify, grpc::CompletionQueue* calls,
+                          core::tunnel::LiveCalls& live, Router& router) {
+  std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(service, notify, calls, live, router));
   f->self_ = f;
-  router.metrics().grpc_proxy.Increment();
-  if (!router.acquire_frontend(ctx->peer())) {
-    f->close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "too many frontend streams (limit " +
-                              std::to_string(router.options().max_frontend_streams) +
-                              ", --max-frontend-streams)"));
-    return f.get();
+  live.add();
+  // The finish hold and the done notification, counted now: the notification completes on the
+  // calls' queue and may be handled before on_accepted has run on the other thread.
+  f->arm(2);
+  f->call_->ctx.AsyncNotifyWhenDone(f->done_tag());
+  service.RequestProxy(&f->call_->ctx, &f->call_->stream, calls, notify.server_cq(),
+                       core::tunnel::hand_over(&f->accepted_tag_));
+}
+
+void GrpcFrontend::on_accepted(bool ok) {
+  if (!ok) {
+    // The server is shutting down: no call came, and no other completion will.
+    live_.remove();
+    self_.reset();  // destroys this
+    return;
   }
-  f->has_slot_ = true;
-  KONN_LOG(f->log_, debug, "frontend stream opened peer={}", ctx->peer());
+  accept(service_, notify_, calls_, live_, router_);
+  peer_ = call_->ctx.peer();
+  begin();
+}
+
+void GrpcFrontend::begin() {
+  router_.metrics().grpc_proxy.Increment();
+  if (!router_.acquire_frontend(peer_)) {
+    close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       "too many frontend streams (limit " +
+                           std::to_string(router_.options().max_frontend_streams) +
+                           ", --max-frontend-streams)"));
+    return;
+  }
+  has_slot_ = true;
+  KONN_LOG(log_, debug, "frontend stream opened peer={}", peer_);
   // A stream must dial soon: an idle one would hold its slot for nothing.
-  f->arm_timer(router.options().dial_request_timeout, &GrpcFrontend::on_dial_request_timeout);
-  f->start_reading();
-  return f.get();
+  arm_timer(router_.options().dial_request_timeout, &GrpcFrontend::on_dial_request_timeout);
+  start_reading();
 }
 
 std::shared_ptr<GrpcFrontend> GrpcFrontend::self_ptr() {
@@ -422,18 +452,10 @@ void GrpcFrontend::backend_gone() {
   close(grpc::Status::OK);
 }
 
-void GrpcFrontend::on_write_failed(const Packet& p) {
-  if (cancelled_by_us_) return;
-  router_.metrics().stream_error(
-      ServerMetrics::ToClient,
-      ctx_->IsCancelled() ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, p.type());
-}
+// Counted in OnDone: the async API tells whether the call was cancelled only once it is over.
+void GrpcFrontend::on_write_failed(const Packet& p) { failed_write_type_ = p.type(); }
 
 void GrpcFrontend::on_read_end() {
-  // Upstream counts a failed Recv (not a clean end) as a stream error without a packet.
-  if (ctx_->IsCancelled() && !cancelled_by_us_) {
-    router_.metrics().stream_error(ServerMetrics::FromClient, grpc::StatusCode::CANCELLED, -1);
-  }
   State prev;
   std::shared_ptr<Backend> backend;
   int64_t random = 0;
@@ -509,7 +531,7 @@ void GrpcFrontend::on_dial_request_timeout() {
   KONN_LOG(log_, info,
            "frontend stream from {} closed: no DIAL_REQ within {} "
            "(--dial-request-timeout)",
-           ctx_->peer(), core::config::format_go_duration(router_.options().dial_request_timeout));
+           peer_, core::config::format_go_duration(router_.options().dial_request_timeout));
   close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                      "no DIAL_REQ within " +
                          core::config::format_go_duration(router_.options().dial_request_timeout)));
@@ -533,6 +555,20 @@ void GrpcFrontend::on_close_timeout() {
 
 void GrpcFrontend::OnDone() {
   mark_done();
+  if (!cancelled_by_us_) {
+    bool cancelled = call_->ctx.IsCancelled();
+    // Upstream counts a failed Recv (not a clean end) as a stream error without a packet, and a
+    // failed Send with its packet type.
+    if (cancelled) {
+      router_.metrics().stream_error(ServerMetrics::FromClient, grpc::StatusCode::CANCELLED, -1);
+    }
+    if (int type = failed_write_type_; type >= 0) {
+      router_.metrics().stream_error(
+          ServerMetrics::ToClient,
+          cancelled ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, type);
+    }
+  }
+  // After the errors are counted: whoever sees the gauge drop sees them too.
   router_.metrics().grpc_proxy.Decrement();
   if (has_slot_) router_.release_frontend();
   {
@@ -552,6 +588,8 @@ void GrpcFrontend::OnDone() {
                 "tunnel closed: {} address={} from_client={}B to_client={}B "
                 "duration={}ms",
                 close_reason_, address_, bytes_from_client_.load(), bytes_to_client_.load(), ms);
+  call_.reset();
+  live_.remove();
   auto keep = std::move(self_);  // destroyed last, possibly with this
 }
 

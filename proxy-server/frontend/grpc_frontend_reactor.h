@@ -8,10 +8,12 @@
 
 #include <asio/steady_timer.hpp>
 #include <grpcpp/server_context.h>
-#include <grpcpp/support/server_callback.h>
+#include <grpcpp/support/async_stream.h>
 #include <spdlog/logger.h>
 
-#include "core/tunnel/packet_stream.h"
+#include "core/tunnel/async_packet_stream.h"
+#include "core/tunnel/completion_driver.h"
+#include "konnectivity/client.grpc.pb.h"
 #include "proxy-server/tunnel/frontend.h"
 
 namespace konn::server {
@@ -29,13 +31,24 @@ class Router;
 //    and we return credit as the client takes bytes; without it (upstream agents), a client that
 //    lets its queue pass the cap has its tunnel closed alone, so the agent stream never stalls.
 //
+// Exception to STYLE's "gRPC callback reactors for the gRPC streams", as for Backend: the call
+// runs on gRPC's completion-queue API, its operations completing on the agent streams' driver
+// thread, so that a packet goes from the client's stream to the agent's and back without
+// changing threads (docs/performance.md). Only the call's arrival is announced on the frontend
+// server's own queue and driver. The reactions keep the callback API's contract (PacketStream's
+// rules; OnDone once every operation completed and the finish was issued), and may run on either
+// driver's thread or the timer thread: everything below is thread-safe as it was for callbacks.
+//
 // Lifetime: as Backend (shared_ptr to self until OnDone). `mu_` guards the tunnel state; it is
 // never held while calling send()/close() or into the backend.
-class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
-                     public core::tunnel::PacketStream,
-                     public Frontend {
+class GrpcFrontend : public core::tunnel::AsyncPacketStream<GrpcFrontend>, public Frontend {
  public:
-  static GrpcFrontend* start(grpc::CallbackServerContext* ctx, Router& router);
+  // Asks for the next Proxy call. Its arrival is announced on `notify`'s server queue (the
+  // frontend server's); its operations complete on `calls`. When it arrives, its GrpcFrontend
+  // asks for the next one and serves it. When the server shuts down, the request ends and
+  // nothing more is asked for.
+  static void accept(ProxyService::AsyncService& service, core::tunnel::CompletionDriver& notify,
+                     grpc::CompletionQueue* calls, core::tunnel::LiveCalls& live, Router& router);
   ~GrpcFrontend() override;
 
   // Frontend (called from the backend's read loop).
@@ -47,13 +60,8 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   void backend_gone() override;
   std::string log_prefix() const override;
 
-  // gRPC reactions.
-  void OnReadDone(bool ok) override { handle_read_done(ok); }
-  void OnWriteDone(bool ok) override { handle_write_done(ok); }
-  void OnDone() override;
-  void OnCancel() override {}
-
  private:
+  friend class core::tunnel::AsyncPacketStream<GrpcFrontend>;
   enum class State {
     Idle,         // no DIAL_REQ yet
     Dialing,      // DIAL_REQ sent to an agent, waiting for DIAL_RSP
@@ -74,14 +82,28 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
     void on_written(size_t bytes) override { owner->on_sent_to_client(bytes); }
   };
 
-  GrpcFrontend(grpc::CallbackServerContext* ctx, Router& router);
+  GrpcFrontend(ProxyService::AsyncService& service, core::tunnel::CompletionDriver& notify,
+               grpc::CompletionQueue* calls, core::tunnel::LiveCalls& live, Router& router);
 
-  void start_write_op(const Packet* p, grpc::WriteOptions opts) override { StartWrite(p, opts); }
-  void start_read_op(Packet* p) override { StartRead(p); }
-  void start_finish_op(const grpc::Status& s) override { Finish(s); }
+  // Completions (reads, writes, the finish and the done notification complete in
+  // AsyncPacketStream).
+  void on_accepted(bool ok);
+  void call_over() { OnDone(); }
+  // The call arrived: take a --max-frontend-streams slot, start reading.
+  void begin();
+  void OnDone();
+
+  void start_write_op(const Packet* p, grpc::WriteOptions opts) override {
+    call_->stream.Write(*p, opts, write_tag());
+  }
+  void start_read_op(Packet* p) override { call_->stream.Read(p, read_tag()); }
+  void start_finish_op(const grpc::Status& s) override {
+    call_->stream.Finish(s, settle_tag());
+    release_finish_hold();
+  }
   void cancel_op(const grpc::Status& status) override {
     cancelled_by_us_ = true;
-    core::tunnel::cancel_server_call(*ctx_, status);
+    core::tunnel::cancel_server_call(call_->ctx, status);
   }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
@@ -105,7 +127,18 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   std::shared_ptr<GrpcFrontend> self_ptr();
   void set_reason(const std::string& reason);
 
-  grpc::CallbackServerContext* ctx_;
+  ProxyService::AsyncService& service_;
+  core::tunnel::CompletionDriver& notify_;
+  grpc::CompletionQueue* calls_;
+  core::tunnel::LiveCalls& live_;
+  // The call, released in OnDone (as Backend's: gRPC's shutdown waits for every call's release).
+  struct Call {
+    grpc::ServerContext ctx;
+    grpc::ServerAsyncReaderWriter<Packet, Packet> stream{&ctx};
+  };
+  std::unique_ptr<Call> call_ = std::make_unique<Call>();
+  core::tunnel::MemberTag<GrpcFrontend, &GrpcFrontend::on_accepted> accepted_tag_{this};
+  std::string peer_;  // set once the call arrived
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
   std::shared_ptr<GrpcFrontend> self_;
@@ -115,6 +148,7 @@ class GrpcFrontend : public grpc::ServerBidiReactor<Packet, Packet>,
   std::atomic<uint64_t> bytes_from_client_{0};
   std::atomic<uint64_t> bytes_to_client_{0};
   std::atomic<bool> cancelled_by_us_{false};  // our own abort: not a stream error
+  std::atomic<int> failed_write_type_{-1};    // a failed write's packet type, counted in OnDone
   bool has_slot_ = false;  // took a --max-frontend-streams slot (set in start, read in OnDone)
 
   mutable std::mutex mu_;

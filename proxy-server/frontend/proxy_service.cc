@@ -4,9 +4,9 @@
 
 namespace konn::server {
 
-grpc::ServerBidiReactor<Packet, Packet>* ProxyServiceImpl::Proxy(
-    grpc::CallbackServerContext* ctx) {
-  return GrpcFrontend::start(ctx, router_);
+void ProxyServiceImpl::accept(core::tunnel::CompletionDriver& notify,
+                              grpc::CompletionQueue* calls) {
+  GrpcFrontend::accept(*this, notify, calls, live_, router_);
 }
 
 }  // namespace konn::server
