@@ -1,5 +1,7 @@
 #include "proxy-server/server_metrics.h"
 
+#include <grpcpp/support/status.h>
+
 namespace konn::server {
 namespace {
 
@@ -143,6 +145,15 @@ void ServerMetrics::stream_error(Segment segment, int code, int type) {
             {"code", core::tunnel::grpc_code_name(code)},
             {"packet_type", core::tunnel::packet_type_label(core::tunnel::packet_type_slot(type))}})
       .Increment();
+}
+
+void ServerMetrics::call_errors(Segment read, Segment write, bool cancelled,
+                                int failed_write_type) {
+  if (cancelled) stream_error(read, grpc::StatusCode::CANCELLED, -1);
+  if (failed_write_type >= 0) {
+    stream_error(write, cancelled ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE,
+                 failed_write_type);
+  }
 }
 
 }  // namespace konn::server

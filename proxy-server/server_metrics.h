@@ -61,6 +61,10 @@ struct ServerMetrics {
   // stream_errors_total{segment, code, packet_type}: a read (no packet: `type` -1, labelled
   // "Unknown" as upstream does) or a write of a packet of `type` failed with gRPC status `code`.
   void stream_error(Segment segment, int code, int type);
+  // The stream errors of a server call that is over and that we did not cancel ourselves, as
+  // upstream counts them: a cancelled call's read as failed (no packet), and a failed write
+  // (`failed_write_type` >= 0) with its packet type. The async API knows `cancelled` only then.
+  void call_errors(Segment read, Segment write, bool cancelled, int failed_write_type);
   // limits_hit_total{limit} (konn): a limit refused a stream, connection or dial.
   void limit_hit(const std::string& limit) { limits_hit_total.Add({{"limit", limit}}).Increment(); }
   // agents_rejected_total{reason} (konn): an agent stream refused at admission.

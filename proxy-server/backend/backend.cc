@@ -318,17 +318,8 @@ void Backend::on_read_end() {
 void Backend::OnDone() {
   mark_done();
   if (!cancelled_by_us_) {
-    bool cancelled = call_->ctx.IsCancelled();
-    // Upstream counts a failed Recv (not a clean end) as a stream error without a packet, and a
-    // failed Send with its packet type.
-    if (cancelled) {
-      router_.metrics().stream_error(ServerMetrics::FromAgent, grpc::StatusCode::CANCELLED, -1);
-    }
-    if (int type = failed_write_type_; type >= 0) {
-      router_.metrics().stream_error(
-          ServerMetrics::ToAgent,
-          cancelled ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, type);
-    }
+    router_.metrics().call_errors(ServerMetrics::FromAgent, ServerMetrics::ToAgent,
+                                  call_->ctx.IsCancelled(), failed_write_type_);
   }
   // After the errors are counted: whoever sees the gauge drop sees them too.
   router_.metrics().grpc_connect.Decrement();

@@ -556,17 +556,8 @@ void GrpcFrontend::on_close_timeout() {
 void GrpcFrontend::OnDone() {
   mark_done();
   if (!cancelled_by_us_) {
-    bool cancelled = call_->ctx.IsCancelled();
-    // Upstream counts a failed Recv (not a clean end) as a stream error without a packet, and a
-    // failed Send with its packet type.
-    if (cancelled) {
-      router_.metrics().stream_error(ServerMetrics::FromClient, grpc::StatusCode::CANCELLED, -1);
-    }
-    if (int type = failed_write_type_; type >= 0) {
-      router_.metrics().stream_error(
-          ServerMetrics::ToClient,
-          cancelled ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE, type);
-    }
+    router_.metrics().call_errors(ServerMetrics::FromClient, ServerMetrics::ToClient,
+                                  call_->ctx.IsCancelled(), failed_write_type_);
   }
   // After the errors are counted: whoever sees the gauge drop sees them too.
   router_.metrics().grpc_proxy.Decrement();
