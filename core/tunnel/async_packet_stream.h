@@ -3,7 +3,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
+
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/async_stream.h>
 
 #include "core/tunnel/completion_driver.h"
 #include "core/tunnel/packet_stream.h"
@@ -87,6 +91,50 @@ class AsyncPacketStream : public PacketStream {
   MemberTag<Self, &Self::on_read> read_tag_{this};
   MemberTag<Self, &Self::on_write> write_tag_{this};
   MemberTag<Self, &Self::on_settle> settle_tag_{this};
+};
+
+// The server side of an AsyncPacketStream: the call's context and stream, its four operations,
+// and what its end needs to know to count stream errors (an abort of our own is not one; a
+// failed write's packet type). The derived class requests the call (its service's Request*
+// with call_->ctx and call_->stream) right after prepare_request().
+template <class Derived>
+class AsyncServerStream : public AsyncPacketStream<Derived> {
+ protected:
+  struct Call {
+    grpc::ServerContext ctx;
+    grpc::ServerAsyncReaderWriter<Packet, Packet> stream{&ctx};
+  };
+
+  // Before the call is requested: counts it in `live` (removed by the derived class once the
+  // request failed or the call is over) and arms its holds (the finish, and the done
+  // notification, asked for here). Counted now, not on arrival: the done notification may
+  // complete on another thread before the arrival is handled.
+  void prepare_request(LiveCalls& live) {
+    live.add();
+    this->arm(2);
+    call_->ctx.AsyncNotifyWhenDone(this->done_tag());
+  }
+
+  void start_write_op(const Packet* p, grpc::WriteOptions opts) override {
+    call_->stream.Write(*p, opts, this->write_tag());
+  }
+  void start_read_op(Packet* p) override { call_->stream.Read(p, this->read_tag()); }
+  void start_finish_op(const grpc::Status& s) override {
+    call_->stream.Finish(s, this->settle_tag());
+    this->release_finish_hold();
+  }
+  void cancel_op(const grpc::Status& status) override {
+    cancelled_by_us_ = true;
+    cancel_server_call(call_->ctx, status);
+  }
+  // Counted once the call is over: the async API tells whether it was cancelled only then.
+  void on_write_failed(const Packet& p) override { failed_write_type_ = p.type(); }
+
+  // Released by the derived class when the call is over (gRPC's server shutdown waits until
+  // every call is released, and the stream object may outlive its call).
+  std::unique_ptr<Call> call_ = std::make_unique<Call>();
+  std::atomic<bool> cancelled_by_us_{false};  // our own abort: not a stream error
+  std::atomic<int> failed_write_type_{-1};    // the packet type of a failed write, if any
 };
 
 }  // namespace konn::core::tunnel

@@ -40,9 +40,7 @@ void Backend::accept(AgentService::AsyncService& service, core::tunnel::Completi
   b->self_ = b;
   // Counted from the request on: a call accepted just before the server's shutdown still has
   // its first reactions to run, and they start operations on the queue.
-  live.add();
-  b->arm(2);  // the finish hold and the done notification
-  b->call_->ctx.AsyncNotifyWhenDone(b->done_tag());
+  b->prepare_request(live);
   service.RequestConnect(&b->call_->ctx, &b->call_->stream, driver.cq(), driver.server_cq(),
                          core::tunnel::hand_over(&b->accepted_tag_));
 }
@@ -64,17 +62,6 @@ void Backend::on_accepted(bool ok) {
 void Backend::on_metadata_sent(bool ok) {
   OnSendInitialMetadataDone(ok);
   settle();
-}
-
-void Backend::start_write_op(const Packet* p, grpc::WriteOptions opts) {
-  call_->stream.Write(*p, opts, write_tag());
-}
-
-void Backend::start_read_op(Packet* p) { call_->stream.Read(p, read_tag()); }
-
-void Backend::start_finish_op(const grpc::Status& s) {
-  call_->stream.Finish(s, settle_tag());
-  release_finish_hold();
 }
 
 void Backend::begin() {
@@ -291,9 +278,6 @@ void Backend::on_dial_response(Packet&& p) {
     send(make_close_request(id));
   }
 }
-
-// Counted in OnDone: the async API tells whether the call was cancelled only once it is over.
-void Backend::on_write_failed(const Packet& p) { failed_write_type_ = p.type(); }
 
 void Backend::on_read_end() {
   if (registered_.exchange(false)) {

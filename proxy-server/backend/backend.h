@@ -5,7 +5,6 @@
 #include <string>
 
 #include <grpcpp/server_context.h>
-#include <grpcpp/support/async_stream.h>
 #include <spdlog/logger.h>
 
 #include "core/tunnel/agent_identifiers.h"
@@ -33,7 +32,7 @@ using core::tunnel::LiveCalls;
 // Exception to STYLE rule 7's `delete this`: the reactor is owned by a shared_ptr to itself
 // (`self_`) released in OnDone, because frontends hold it too and must be able to call send()
 // safely after the stream ended.
-class Backend : public core::tunnel::AsyncPacketStream<Backend> {
+class Backend : public core::tunnel::AsyncServerStream<Backend> {
  public:
   // Asks for the next agent call on `driver`'s server queue. When one arrives, its Backend asks
   // for the next one and then serves it: it validates the agent's metadata, answers with
@@ -78,30 +77,15 @@ class Backend : public core::tunnel::AsyncPacketStream<Backend> {
   // if not, the stream is finished with PERMISSION_DENIED (logged, counted).
   bool identifiers_proven();
 
-  void start_write_op(const Packet* p, grpc::WriteOptions opts) override;
-  void start_read_op(Packet* p) override;
-  void start_finish_op(const grpc::Status& s) override;
-  void cancel_op(const grpc::Status& status) override {
-    cancelled_by_us_ = true;
-    core::tunnel::cancel_server_call(call_->ctx, status);
-  }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
   void on_queued(const Packet& p) override;
-  void on_write_failed(const Packet& p) override;
 
   void on_dial_response(Packet&& p);
 
   AgentService::AsyncService& service_;
   core::tunnel::CompletionDriver& driver_;
   LiveCalls& live_;
-  // The call, released in OnDone: a frontend may hold this Backend for a while after, and gRPC's
-  // server shutdown waits until every call is released.
-  struct Call {
-    grpc::ServerContext ctx;
-    grpc::ServerAsyncReaderWriter<Packet, Packet> stream{&ctx};
-  };
-  std::unique_ptr<Call> call_ = std::make_unique<Call>();
   using Self = Backend;
   core::tunnel::MemberTag<Self, &Self::on_accepted> accepted_tag_{this};
   core::tunnel::MemberTag<Self, &Self::on_metadata_sent> metadata_tag_{this};
@@ -116,8 +100,6 @@ class Backend : public core::tunnel::AsyncPacketStream<Backend> {
   bool half_close_ = false;
   std::atomic<bool> draining_{false};
   std::atomic<bool> registered_{false};
-  std::atomic<bool> cancelled_by_us_{false};  // our own abort: not a stream error
-  std::atomic<int> failed_write_type_{-1};    // the packet type of a failed write, if any
   ConnectionTable connections_;
 };
 

@@ -54,11 +54,7 @@ void GrpcFrontend::accept(ProxyService::AsyncService& service,
                           core::tunnel::LiveCalls& live, Router& router) {
   std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(service, notify, calls, live, router));
   f->self_ = f;
-  live.add();
-  // The finish hold and the done notification, counted now: the notification completes on the
-  // calls' queue and may be handled before on_accepted has run on the other thread.
-  f->arm(2);
-  f->call_->ctx.AsyncNotifyWhenDone(f->done_tag());
+  f->prepare_request(live);
   service.RequestProxy(&f->call_->ctx, &f->call_->stream, calls, notify.server_cq(),
                        core::tunnel::hand_over(&f->accepted_tag_));
 }
@@ -451,9 +447,6 @@ void GrpcFrontend::backend_gone() {
   }
   close(grpc::Status::OK);
 }
-
-// Counted in OnDone: the async API tells whether the call was cancelled only once it is over.
-void GrpcFrontend::on_write_failed(const Packet& p) { failed_write_type_ = p.type(); }
 
 void GrpcFrontend::on_read_end() {
   State prev;

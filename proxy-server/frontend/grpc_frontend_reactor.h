@@ -8,7 +8,6 @@
 
 #include <asio/steady_timer.hpp>
 #include <grpcpp/server_context.h>
-#include <grpcpp/support/async_stream.h>
 #include <spdlog/logger.h>
 
 #include "core/tunnel/async_packet_stream.h"
@@ -41,7 +40,7 @@ class Router;
 //
 // Lifetime: as Backend (shared_ptr to self until OnDone). `mu_` guards the tunnel state; it is
 // never held while calling send()/close() or into the backend.
-class GrpcFrontend : public core::tunnel::AsyncPacketStream<GrpcFrontend>, public Frontend {
+class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, public Frontend {
  public:
   // Asks for the next Proxy call. Its arrival is announced on `notify`'s server queue (the
   // frontend server's); its operations complete on `calls`. When it arrives, its GrpcFrontend
@@ -93,22 +92,9 @@ class GrpcFrontend : public core::tunnel::AsyncPacketStream<GrpcFrontend>, publi
   void begin();
   void OnDone();
 
-  void start_write_op(const Packet* p, grpc::WriteOptions opts) override {
-    call_->stream.Write(*p, opts, write_tag());
-  }
-  void start_read_op(Packet* p) override { call_->stream.Read(p, read_tag()); }
-  void start_finish_op(const grpc::Status& s) override {
-    call_->stream.Finish(s, settle_tag());
-    release_finish_hold();
-  }
-  void cancel_op(const grpc::Status& status) override {
-    cancelled_by_us_ = true;
-    core::tunnel::cancel_server_call(call_->ctx, status);
-  }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
   void on_queued(const Packet& p) override;
-  void on_write_failed(const Packet& p) override;
 
   void on_dial_request(Packet&& p);
   void on_client_data(Packet&& p);
@@ -131,12 +117,6 @@ class GrpcFrontend : public core::tunnel::AsyncPacketStream<GrpcFrontend>, publi
   core::tunnel::CompletionDriver& notify_;
   grpc::CompletionQueue* calls_;
   core::tunnel::LiveCalls& live_;
-  // The call, released in OnDone (as Backend's: gRPC's shutdown waits for every call's release).
-  struct Call {
-    grpc::ServerContext ctx;
-    grpc::ServerAsyncReaderWriter<Packet, Packet> stream{&ctx};
-  };
-  std::unique_ptr<Call> call_ = std::make_unique<Call>();
   core::tunnel::MemberTag<GrpcFrontend, &GrpcFrontend::on_accepted> accepted_tag_{this};
   std::string peer_;  // set once the call arrived
   Router& router_;
@@ -147,8 +127,6 @@ class GrpcFrontend : public core::tunnel::AsyncPacketStream<GrpcFrontend>, publi
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::atomic<uint64_t> bytes_from_client_{0};
   std::atomic<uint64_t> bytes_to_client_{0};
-  std::atomic<bool> cancelled_by_us_{false};  // our own abort: not a stream error
-  std::atomic<int> failed_write_type_{-1};    // a failed write's packet type, counted in OnDone
   bool has_slot_ = false;  // took a --max-frontend-streams slot (set in start, read in OnDone)
 
   mutable std::mutex mu_;
