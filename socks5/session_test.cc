@@ -7,12 +7,15 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sstream>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include <asio/read.hpp>
 #include <asio/write.hpp>
@@ -55,7 +58,9 @@ class TestServer {
   std::thread thread_;
 };
 
-// An echo server on `host` port 0 that remembers its first client's address.
+// An echo server on `host` port 0 that remembers its first client's address. Each client gets a
+// thread; the destructor shuts every client socket down and joins its thread before the sockets'
+// io_context goes away.
 class EchoServer {
  public:
   explicit EchoServer(const std::string& host = "127.0.0.1")
@@ -63,20 +68,22 @@ class EchoServer {
     thread_ = std::thread([this] {
       for (bool first = true;; first = false) {
         std::error_code ec;
-        tcp::socket s(ctx_);
-        acceptor_.accept(s, ec);
+        auto s = std::make_shared<tcp::socket>(ctx_);
+        acceptor_.accept(*s, ec);
         if (ec) return;
-        if (first) peers.set_value(s.remote_endpoint());
-        std::thread([s = std::move(s)]() mutable {
+        if (first) peers.set_value(s->remote_endpoint());
+        std::lock_guard lock(mutex_);
+        clients_.push_back(s);
+        echoes_.emplace_back([s] {
           std::array<char, 4096> b;
           std::error_code e;
           for (;;) {
-            size_t n = s.read_some(asio::buffer(b), e);
+            size_t n = s->read_some(asio::buffer(b), e);
             if (e) break;
-            asio::write(s, asio::buffer(b.data(), n), e);
+            asio::write(*s, asio::buffer(b.data(), n), e);
           }
-          s.shutdown(tcp::socket::shutdown_send, e);
-        }).detach();
+          s->shutdown(tcp::socket::shutdown_send, e);
+        });
       }
     });
   }
@@ -85,6 +92,8 @@ class EchoServer {
     acceptor_.cancel(ec);
     ::shutdown(acceptor_.native_handle(), SHUT_RDWR);
     thread_.join();
+    for (auto& s : clients_) ::shutdown(s->native_handle(), SHUT_RDWR);
+    for (auto& t : echoes_) t.join();
   }
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
   std::promise<tcp::endpoint> peers;  // first client only
@@ -92,6 +101,9 @@ class EchoServer {
  private:
   asio::io_context ctx_;
   tcp::acceptor acceptor_;
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<tcp::socket>> clients_;
+  std::vector<std::thread> echoes_;
   std::thread thread_;
 };
 
