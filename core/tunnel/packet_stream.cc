@@ -1,5 +1,7 @@
 #include "core/tunnel/packet_stream.h"
 
+#include <optional>
+
 #include <grpc/grpc.h>
 
 #include "core/tunnel/packet.h"
@@ -15,6 +17,30 @@ void cancel_server_call(grpc::ServerContextBase& ctx, const grpc::Status& status
                                status.error_message().c_str(), nullptr);
 }
 
+namespace {
+
+// The tunnel whose turn a packet waits for, or none for the control queue. A tunnel's DIAL_RSP,
+// DATA, half-close and close share its queue, so they keep their order; credit may pass them.
+std::optional<int64_t> tunnel_of(const Packet& p) {
+  switch (p.type()) {
+    case DATA:
+      return p.data().connectid();
+    case CLOSE_REQ:
+      return p.closerequest().connectid();
+    case CLOSE_RSP:
+      return p.closeresponse().connectid();
+    case KONN_CLOSE_WRITE:
+      return p.closewrite().connectid();
+    case DIAL_RSP:
+      if (p.dialresponse().error().empty()) return p.dialresponse().connectid();
+      return std::nullopt;
+    default:  // DIAL_REQ, DIAL_CLS, DRAIN, KONN_WINDOW_UPDATE
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
 bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
   const Packet* write = nullptr;
   grpc::WriteOptions opts;
@@ -26,12 +52,20 @@ bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
     if (closing_) return false;
     size_t bytes = data_size(p);
     queued_bytes_ += bytes;
+    const auto tunnel = tunnel_of(p);
+    std::deque<Item>* queue = &control_;
+    // With nothing written or waiting the packet goes out at once: its tunnel needs no queue.
+    if (tunnel && (writing_ || waiting_locked())) {
+      auto [it, added] = lanes_.try_emplace(*tunnel);
+      if (added) it->second = turns_.insert(turns_.end(), Lane{*tunnel, {}});
+      queue = &it->second->items;
+    }
     // Merge small DATA into the last waiting DATA of the same tunnel: one gRPC message instead
     // of many (each costs ~7 us of CPU and a sendmsg). Two large chunks are left apart: copying
-    // them would cost more than the message saves. The front is in flight and must not change.
-    if (p.type() == DATA && queue_.size() >= 2 &&
-        (bytes < kSmallRead || queue_.back().bytes < kSmallRead)) {
-      Item& back = queue_.back();
+    // them would cost more than the message saves.
+    if (p.type() == DATA && !queue->empty() &&
+        (bytes < kSmallRead || queue->back().bytes < kSmallRead)) {
+      Item& back = queue->back();
       if (back.packet.type() == DATA && back.listener == listener &&
           back.packet.data().connectid() == p.data().connectid() &&
           back.bytes + bytes <= kCoalesceLimit) {
@@ -40,11 +74,38 @@ bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
         return true;
       }
     }
-    queue_.push_back(Item{std::move(p), std::move(listener), bytes});
+    queue->push_back(Item{std::move(p), std::move(listener), bytes});
     action = next_action_locked(&write, &opts);
   }
   run(action, write, opts);
   return true;
+}
+
+void PacketStream::take_next_locked() {
+  if (!control_.empty()) {
+    in_flight_ = std::move(control_.front());
+    control_.pop_front();
+    return;
+  }
+  auto lane = turns_.begin();
+  in_flight_ = std::move(lane->items.front());
+  lane->items.pop_front();
+  if (lane->items.empty()) {
+    lanes_.erase(lane->tunnel);
+    turns_.erase(lane);
+  } else {
+    turns_.splice(turns_.end(), turns_, lane);  // its next packet waits for the others' turns
+  }
+}
+
+void PacketStream::drop_waiting_locked() {
+  for (const auto& item : control_) queued_bytes_ -= item.bytes;
+  for (const auto& lane : turns_) {
+    for (const auto& item : lane.items) queued_bytes_ -= item.bytes;
+  }
+  control_.clear();
+  lanes_.clear();
+  turns_.clear();
 }
 
 void PacketStream::close(const grpc::Status& status, bool abort) {
@@ -61,10 +122,7 @@ void PacketStream::close(const grpc::Status& status, bool abort) {
     if (abort && !aborted_) {
       aborted_ = true;
       // Keep only the packet being written; the rest will never be sent.
-      while (queue_.size() > (writing_ ? 1U : 0U)) {
-        queued_bytes_ -= queue_.back().bytes;
-        queue_.pop_back();
-      }
+      drop_waiting_locked();
       cancel = !finished_ && !done_;
       if (cancel) ++starting_;
     }
@@ -121,8 +179,8 @@ void PacketStream::handle_write_done(bool ok) {
   Action action = Action::None;
   {
     std::lock_guard lock(mu_);
-    done = std::move(queue_.front());
-    queue_.pop_front();
+    done = std::move(in_flight_);
+    in_flight_ = Item{};
     queued_bytes_ -= done.bytes;
     writing_ = false;
     if (!ok) {
@@ -130,10 +188,7 @@ void PacketStream::handle_write_done(bool ok) {
       // owner tears the tunnels down from on_read_end().
       closing_ = true;
       aborted_ = true;
-      while (!queue_.empty()) {
-        queued_bytes_ -= queue_.back().bytes;
-        queue_.pop_back();
-      }
+      drop_waiting_locked();
     }
     ++starting_;  // keep the finish op back while the listener runs
   }
@@ -212,15 +267,16 @@ void PacketStream::mark_done() {
 PacketStream::Action PacketStream::next_action_locked(const Packet** write,
                                                       grpc::WriteOptions* opts) {
   if (finished_ || done_) return Action::None;
-  if (!writing_ && !queue_.empty() && !aborted_) {
+  if (!writing_ && waiting_locked() && !aborted_) {
+    take_next_locked();
     writing_ = true;
     ++starting_;
-    *write = &queue_.front().packet;
+    *write = &in_flight_.packet;
     *opts = grpc::WriteOptions();
-    if (queue_.size() > 1) opts->set_buffer_hint();  // more is coming: let gRPC batch
+    if (waiting_locked()) opts->set_buffer_hint();  // more is coming: let gRPC batch
     return Action::Write;
   }
-  if (closing_ && !writing_ && starting_ == 0 && (queue_.empty() || aborted_)) {
+  if (closing_ && !writing_ && starting_ == 0 && (!waiting_locked() || aborted_)) {
     finished_ = true;
     return Action::Finish;
   }

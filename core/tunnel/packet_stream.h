@@ -2,8 +2,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include <grpcpp/impl/codegen/call_op_set.h>
 #include <grpcpp/server_context.h>
@@ -30,9 +32,14 @@ class WriteListener {
 
 // The transport-independent half of one gRPC bidi stream of Packets (server or client side).
 // It owns the rules every such stream must keep (STYLE rule 7):
-//   - at most one StartWrite outstanding, fed from an outbound queue; the front Packet lives
-//     until OnWriteDone; buffer_hint is set while more output waits; pending DATA for the same
-//     tunnel is merged into one packet (up to kCoalesceLimit);
+//   - at most one StartWrite outstanding; the Packet being written lives until OnWriteDone;
+//     buffer_hint is set while more output waits; pending DATA for the same tunnel is merged
+//     into one packet (up to kCoalesceLimit);
+//   - waiting packets are kept per tunnel (connectID) and the tunnels take turns, one packet
+//     each, so a tunnel's few bytes wait behind at most one packet of each busy tunnel, never
+//     behind a whole window of another's (head-of-line blocking on a stream that many tunnels
+//     share). Packets that belong to no tunnel yet (dials), or that only return credit, go
+//     before any DATA. A tunnel's own packets keep their order;
 //   - at most one StartRead outstanding; the next starts only after on_packet() returned and
 //     while the read gate is open;
 //   - the finish operation (server Finish, client RemoveHold) is issued exactly once, only when
@@ -107,10 +114,25 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   Action next_action_locked(const Packet** write, grpc::WriteOptions* opts);
   void run(Action a, const Packet* write, grpc::WriteOptions opts);
   void maybe_start_read();
+  // Moves the next packet to write into in_flight_: the control queue first, then the next
+  // tunnel in turn.
+  void take_next_locked();
+  bool waiting_locked() const { return !control_.empty() || !turns_.empty(); }
+  void drop_waiting_locked();
 
   mutable std::mutex mu_;
-  std::deque<Item> queue_;  // front is being written while writing_
-  size_t queued_bytes_ = 0;
+  // Waiting packets. Dials, dial answers with an error, credit and drain wait in control_ (as
+  // does, for an instant, a packet sent while nothing waits); a tunnel's in its lane. Lanes exist
+  // while they hold packets, in the order they will be served; an idle stream allocates none.
+  struct Lane {
+    int64_t tunnel;
+    std::deque<Item> items;
+  };
+  std::deque<Item> control_;
+  std::list<Lane> turns_;
+  std::unordered_map<int64_t, std::list<Lane>::iterator> lanes_;
+  Item in_flight_;           // being written while writing_
+  size_t queued_bytes_ = 0;  // DATA bytes waiting or in flight
   bool writing_ = false;
   bool reading_ = false;
   bool read_ended_ = false;
