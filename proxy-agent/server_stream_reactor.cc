@@ -250,7 +250,16 @@ void ServerStreamReactor::on_queued(const Packet& p) {
   stats_->packets_sent[tunnel::packet_type_slot(p.type())].fetch_add(1, std::memory_order_relaxed);
 }
 
-void ServerStreamReactor::on_write_failed(const Packet& p) { failed_write_type_ = p.type(); }
+void ServerStreamReactor::on_write_failed(const Packet& p) {
+  failed_write_type_ = p.type();
+  KONN_LOG((&logger()), warn, "{}writing {} to the server failed; closing the stream", log_prefix(),
+           tunnel::describe(p));
+  // The call is broken for us. gRPC 1.51 sometimes keeps it open after a failed write, with our
+  // read still pending and the call's end never coming (seen after the server cancelled the
+  // call): cancel it, so every operation completes and the agent reconnects. Not our own close:
+  // OnDone still counts the stream error.
+  context_.TryCancel();
+}
 
 void ServerStreamReactor::on_read_end() {
   {
@@ -263,17 +272,29 @@ void ServerStreamReactor::on_read_end() {
 
 bool ServerStreamReactor::cancel_if_end_overdue(std::chrono::steady_clock::duration grace) {
   if (done()) return false;
+  const auto now = std::chrono::steady_clock::now();
+  const bool closing_now = closing();
+  std::string what;
   {
     std::lock_guard lock(mu_);
-    if (overdue_cancelled_ || read_ended_at_ == std::chrono::steady_clock::time_point{} ||
-        std::chrono::steady_clock::now() - read_ended_at_ < grace) {
+    if (overdue_cancelled_) return false;
+    // First seen closing by this probe: a write failed or we closed it, and its end should
+    // follow at once.
+    if (closing_now && closing_seen_at_ == std::chrono::steady_clock::time_point{}) {
+      closing_seen_at_ = now;
+    }
+    if (read_ended_at_ != std::chrono::steady_clock::time_point{} &&
+        now - read_ended_at_ >= grace) {
+      what = "our read side ended but the server has not ended the stream";
+    } else if (closing_seen_at_ != std::chrono::steady_clock::time_point{} &&
+               now - closing_seen_at_ >= grace) {
+      what = "the stream is closing but has not ended";
+    } else {
       return false;
     }
     overdue_cancelled_ = true;
   }
-  KONN_LOG((&logger()), warn,
-           "{}our read side ended but the server has not ended the stream; cancelling it",
-           log_prefix());
+  KONN_LOG((&logger()), warn, "{}{}; cancelling it", log_prefix(), what);
   // Not our own close: OnDone counts it as a stream error (the server broke the stream).
   context_.TryCancel();
   return true;
