@@ -272,29 +272,17 @@ void ServerStreamReactor::on_read_end() {
 
 bool ServerStreamReactor::cancel_if_end_overdue(std::chrono::steady_clock::duration grace) {
   if (done()) return false;
-  const auto now = std::chrono::steady_clock::now();
-  const bool closing_now = closing();
-  std::string what;
   {
     std::lock_guard lock(mu_);
-    if (overdue_cancelled_) return false;
-    // First seen closing by this probe: a write failed or we closed it, and its end should
-    // follow at once.
-    if (closing_now && closing_seen_at_ == std::chrono::steady_clock::time_point{}) {
-      closing_seen_at_ = now;
-    }
-    if (read_ended_at_ != std::chrono::steady_clock::time_point{} &&
-        now - read_ended_at_ >= grace) {
-      what = "our read side ended but the server has not ended the stream";
-    } else if (closing_seen_at_ != std::chrono::steady_clock::time_point{} &&
-               now - closing_seen_at_ >= grace) {
-      what = "the stream is closing but has not ended";
-    } else {
+    if (overdue_cancelled_ || read_ended_at_ == std::chrono::steady_clock::time_point{} ||
+        std::chrono::steady_clock::now() - read_ended_at_ < grace) {
       return false;
     }
     overdue_cancelled_ = true;
   }
-  KONN_LOG((&logger()), warn, "{}{}; cancelling it", log_prefix(), what);
+  KONN_LOG((&logger()), warn,
+           "{}our read side ended but the server has not ended the stream; cancelling it",
+           log_prefix());
   // Not our own close: OnDone counts it as a stream error (the server broke the stream).
   context_.TryCancel();
   return true;

@@ -87,11 +87,10 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   std::string server_id() const;
   bool flow_control() const;
   const std::string& target() const { return config_.target; }
-  // Cancels the call when its read side ended, or it started closing, more than `grace` ago
-  // (closing as first seen by this call, which the probe makes every interval) and the call has
-  // still not ended (OnDone has not come): e.g. after a packet we could not parse, from a server
-  // that ignores our half-close, or after a failed write whose call gRPC kept open. Without this
-  // the stream would stay in the server set for ever and the agent would never reconnect.
+  // Cancels the call when its read side ended more than `grace` ago and the server has still not
+  // ended it (OnDone has not come), e.g. after a packet we could not parse, from a server that
+  // ignores our half-close. Without this the stream would stay in the server set for ever and the
+  // agent would never reconnect. (A failed write cancels the call at once: on_write_failed.)
   // Returns true when it cancelled, once.
   bool cancel_if_end_overdue(std::chrono::steady_clock::duration grace);
 
@@ -167,8 +166,7 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   bool ended_ = false;
   std::string handshake_error_;
   std::chrono::steady_clock::time_point started_;
-  std::chrono::steady_clock::time_point read_ended_at_;    // zero until on_read_end
-  std::chrono::steady_clock::time_point closing_seen_at_;  // zero until a probe saw it closing
+  std::chrono::steady_clock::time_point read_ended_at_;  // zero until on_read_end
   bool overdue_cancelled_ = false;
 
   // Stream errors (stream_errors_total), reported from OnDone once the status is known.
