@@ -8,7 +8,6 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sstream>
@@ -72,7 +71,6 @@ class EchoServer {
         acceptor_.accept(*s, ec);
         if (ec) return;
         if (first) peers.set_value(s->remote_endpoint());
-        std::lock_guard lock(mutex_);
         clients_.push_back(s);
         echoes_.emplace_back([s] {
           std::array<char, 4096> b;
@@ -101,7 +99,7 @@ class EchoServer {
  private:
   asio::io_context ctx_;
   tcp::acceptor acceptor_;
-  std::mutex mutex_;
+  // Written by the accept thread only, read by the destructor after joining it.
   std::vector<std::shared_ptr<tcp::socket>> clients_;
   std::vector<std::thread> echoes_;
   std::thread thread_;
