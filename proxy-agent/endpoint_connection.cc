@@ -317,11 +317,8 @@ void EndpointConnection::written_to_socket(size_t n, bool return_credit) {
   bytes_down_.fetch_add(n, std::memory_order_relaxed);
   stats_->bytes_to_endpoints.fetch_add(n, std::memory_order_relaxed);
   if (!settings_.flow_control || !return_credit) return;
-  auto add = static_cast<int64_t>(n);
-  if (unacked_.fetch_add(add) + add < tunnel::kWindowUpdateThreshold) return;
-  // Whoever crossed the threshold returns everything counted so far (the worker and a direct
-  // write may both get here; the second finds little or nothing).
-  int64_t bytes = unacked_.exchange(0);
+  // The worker and a direct write may both get here; CreditReturn hands the batch to one.
+  int64_t bytes = credit_to_return_.written(n);
   if (bytes > 0 && stream_->send(tunnel::make_window_update(connect_id_, bytes))) {
     stats_->window_updates_sent.fetch_add(1, std::memory_order_relaxed);
   }

@@ -17,6 +17,7 @@
 #include "core/net/destination_policy.h"
 #include "core/relay/read_gate.h"
 #include "core/relay/write_role.h"
+#include "core/tunnel/credit.h"
 #include "core/tunnel/packet_stream.h"
 #include "proxy-agent/agent_stats.h"
 
@@ -175,8 +176,8 @@ class EndpointConnection : public core::tunnel::WriteListener,
   std::atomic<int64_t> in_stream_{0};  // our DATA bytes still in the stream's queue
   // The read loop paused for in_stream_: only then does on_written() wake the worker.
   std::atomic<bool> queue_paused_{false};
-  std::atomic<int64_t> unacked_{0};      // flow control: written, credit not returned yet
-  std::atomic<uint64_t> bytes_down_{0};  // server -> endpoint
+  core::tunnel::CreditReturn credit_to_return_;  // written to the endpoint, not yet given back
+  std::atomic<uint64_t> bytes_down_{0};          // server -> endpoint
 };
 
 const char* to_string(EndpointConnection::State s);

@@ -334,10 +334,8 @@ void GrpcFrontend::on_sent_to_client(size_t bytes) {
   {
     std::lock_guard lock(mu_);
     if (!flow_control_) return;
-    to_client_consumed_ += static_cast<int64_t>(bytes);
-    if (to_client_consumed_ < core::tunnel::kWindowUpdateThreshold) return;
-    credit = to_client_consumed_;
-    to_client_consumed_ = 0;
+    credit = credit_to_return_.written(bytes);
+    if (credit == 0) return;
     backend = backend_;
     id = connect_id_;
   }

@@ -12,6 +12,7 @@
 
 #include "core/tunnel/async_packet_stream.h"
 #include "core/tunnel/completion_driver.h"
+#include "core/tunnel/credit.h"
 #include "konnectivity/client.grpc.pb.h"
 #include "proxy-server/tunnel/frontend.h"
 
@@ -137,10 +138,10 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
   std::shared_ptr<Backend> backend_;
   std::string agent_id_;
   bool flow_control_ = false;
-  bool half_close_ = false;         // the client asked for konnHalfClose and the agent supports it
-  int64_t to_agent_queued_ = 0;     // our DATA bytes waiting in the backend's queue
-  int64_t to_agent_credit_ = 0;     // bytes the agent still accepts (flow control)
-  int64_t to_client_consumed_ = 0;  // bytes written to the client since the last credit update
+  bool half_close_ = false;      // the client asked for konnHalfClose and the agent supports it
+  int64_t to_agent_queued_ = 0;  // our DATA bytes waiting in the backend's queue
+  int64_t to_agent_credit_ = 0;  // bytes the agent still accepts (flow control)
+  core::tunnel::CreditReturn credit_to_return_;  // written to the client, not yet given back
   bool paused_queue_ = false;
   bool paused_credit_ = false;
   std::string close_reason_;

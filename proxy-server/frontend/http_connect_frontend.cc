@@ -18,6 +18,7 @@
 #include "core/net/endpoint.h"
 #include "core/net/listener.h"
 #include "core/relay/write_role.h"
+#include "core/tunnel/credit.h"
 #include "core/tunnel/packet.h"
 #include "proxy-server/backend/backend.h"
 #include "proxy-server/tunnel/frontend.h"
@@ -532,12 +533,10 @@ class ConnectSession : public Frontend,
                       });
   }
 
-  // From the executor or, for direct writes, the gRPC thread (hence the atomic exchange).
+  // From the executor or, for direct writes, the gRPC thread (CreditReturn takes both).
   void return_credit(size_t n) {
     if (!flow_control_) return;
-    auto add = static_cast<int64_t>(n);
-    if (consumed_.fetch_add(add) + add < core::tunnel::kWindowUpdateThreshold) return;
-    if (int64_t bytes = consumed_.exchange(0); bytes > 0) {
+    if (int64_t bytes = credit_to_return_.written(n); bytes > 0) {
       backend_->send(make_window_update(connect_id_, bytes));
     }
   }
@@ -621,12 +620,12 @@ class ConnectSession : public Frontend,
   std::list<Packet> out_;
   size_t to_client_queued_ = 0;
   bool writing_ = false;
-  std::atomic<int64_t> consumed_{0};  // flow control: written, credit not returned yet
-  bool closing_ = false;              // CLOSE_REQ sent after the client's EOF
-  bool half_close_ = false;           // the agent passes half-closes (konn-half-close)
-  bool client_done_ = false;          // half-close: the client's EOF was sent to the agent
-  bool agent_done_ = false;           // half-close: the destination finished sending
-  bool write_shut_ = false;           // half-close: the client socket's write side is shut down
+  core::tunnel::CreditReturn credit_to_return_;  // written to the client, not yet given back
+  bool closing_ = false;                         // CLOSE_REQ sent after the client's EOF
+  bool half_close_ = false;                      // the agent passes half-closes (konn-half-close)
+  bool client_done_ = false;  // half-close: the client's EOF was sent to the agent
+  bool agent_done_ = false;   // half-close: the destination finished sending
+  bool write_shut_ = false;   // half-close: the client socket's write side is shut down
   bool closed_ = false;
   bool flush_then_close_ = false;
   bool has_slot_ = false;  // took a --max-frontend-streams slot in start()
