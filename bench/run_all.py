@@ -297,7 +297,8 @@ current-context: fake
     def start_konn_socks5(self, name):
         port = free_port()
         p, _ = self.procs.start(self.tag(name), [f"{self.bin}/socks5", "--bind-address=127.0.0.1",
-                                                 f"--port={port}", "--log-level=warn"])
+                                                 f"--port={port}", "--health-port=0",
+                                                 "--log-level=warn"])
         wait_port(port)
         return Target(name, "socks5", f"socks5://127.0.0.1:{port}", [("socks5", p)],
                       ["dante", "microsocks"])
@@ -329,7 +330,8 @@ socks pass {{ from: 127.0.0.0/8 to: 0.0.0.0/0 }}
 
     def start_kubeproxy_connect(self, name):
         p, m = self.procs.start(self.tag(name), [f"{self.bin}/kubeproxy-http", "--mode=connect",
-                                                 "--port=0", "--log-level=warn"],
+                                                 "--port=0", "--health-port=0",
+                                                 "--log-level=warn"],
                                 ready=r"Starting to serve on (127\.0\.0\.1:\d+)")
         return Target(name, "connect", f"connect://{m.group(1)}", [("kubeproxy-http", p)],
                       ["tinyproxy", "squid"])
@@ -388,6 +390,7 @@ workers 1
 
     def start_kubeproxy_http(self, name):
         p, m = self.procs.start(self.tag(name), [f"{self.bin}/kubeproxy-http", "--port=0",
+                                                 "--health-port=0",
                                                  f"--kubeconfig={self.kdir}/kubeconfig",
                                                  "--log-level=warn"],
                                 ready=r"Starting to serve on (127\.0\.0\.1:\d+)")
