@@ -1,13 +1,15 @@
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <tuple>
 #include <type_traits>
 #include <variant>
 
-#include <asio/buffered_read_stream.hpp>
+#include <asio/compose.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
+#include <asio/post.hpp>
 #include <asio/ssl/stream.hpp>
 #include <asio/write.hpp>
 
@@ -16,20 +18,127 @@
 
 namespace konn::kubeproxy {
 
-// TCP with a large read buffer, for use under TLS: Asio's TLS engine asks its next layer for one
-// record (about 16 KiB) at a time, so without this every record costs a recv() system call.
-class BufferedTcp : public asio::buffered_read_stream<asio::ip::tcp::socket> {
+// TCP under TLS, reading in large gulps: Asio's TLS engine asks its next layer for one record
+// (about 16 KiB) at a time, so read straight from the socket every record would cost a recv()
+// system call. Once the socket is readable, a read that asks for less than the socket holds
+// takes everything into a buffer of the size waiting (at most kReadBuffer), and the following
+// reads are served from it. The buffer exists only while it holds bytes: an idle connection (a
+// keep-alive client between requests, an upstream connection in the pool) holds none, where a
+// fixed 256 KiB buffer per connection used to stay resident for the connection's whole life.
+//
+// Satisfies what asio::ssl::stream needs of its next layer. One read and one write may be in
+// flight at once, as on the socket.
+class BufferedTcp {
  public:
   static constexpr size_t kReadBuffer = 256 * 1024;
-  explicit BufferedTcp(asio::ip::tcp::socket&& s) : BufferedTcp(s.get_executor(), std::move(s)) {}
+  using next_layer_type = asio::ip::tcp::socket;
+  using lowest_layer_type = next_layer_type::lowest_layer_type;
+  using executor_type = next_layer_type::executor_type;
+
+  explicit BufferedTcp(asio::ip::tcp::socket&& s) : socket_(std::move(s)) {
+    std::error_code ignored;
+    // A readiness report can be stale: the read after it must fail with would_block, not wait.
+    socket_.non_blocking(true, ignored);
+  }
+
+  executor_type get_executor() { return socket_.get_executor(); }
+  next_layer_type& next_layer() { return socket_; }
+  lowest_layer_type& lowest_layer() { return socket_.lowest_layer(); }
+
+  // Bytes read from the socket and not yet handed out.
+  size_t in_avail() const { return end_ - begin_; }
+  // Whether a buffer is held now (for tests).
+  bool holds_buffer() const { return storage_ != nullptr; }
+
+  template <typename ConstBufferSequence, typename Token>
+  auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
+    return socket_.async_write_some(buffers, std::forward<Token>(token));
+  }
+
+  template <typename MutableBufferSequence, typename Token>
+  auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
+    return asio::async_compose<Token, void(std::error_code, size_t)>(
+        ReadSome<MutableBufferSequence>{*this, buffers}, token, socket_);
+  }
 
  private:
-  // Asio 1.22's buffered_read_stream builds its stream from an lvalue argument, so build an empty
-  // socket on the same executor and move the connected one in.
-  BufferedTcp(asio::any_io_executor ex, asio::ip::tcp::socket&& s)
-      : asio::buffered_read_stream<asio::ip::tcp::socket>(ex, kReadBuffer) {
-    next_layer() = std::move(s);
+  template <typename MutableBufferSequence>
+  struct ReadSome {
+    BufferedTcp& s;
+    MutableBufferSequence buffers;
+    enum class Step { Start, Buffered, Readable } step = Step::Start;
+
+    template <typename Self>
+    void operator()(Self& self, std::error_code ec = {}) {
+      if (step == Step::Start) {
+        if (s.in_avail() > 0 || asio::buffer_size(buffers) == 0) {
+          // Completes through the executor, never inside the initiating call.
+          step = Step::Buffered;
+          auto ex = s.socket_.get_executor();
+          asio::post(ex, [self = std::move(self)]() mutable { self(std::error_code()); });
+          return;
+        }
+        step = Step::Readable;
+        s.socket_.async_wait(asio::socket_base::wait_read, std::move(self));
+        return;
+      }
+      if (step == Step::Buffered) {
+        self.complete(std::error_code(), s.take(buffers));
+        return;
+      }
+      if (ec) {
+        self.complete(ec, 0);
+        return;
+      }
+      size_t n = 0;
+      ec = s.fill(buffers, n);
+      if (ec == asio::error::would_block) {
+        s.socket_.async_wait(asio::socket_base::wait_read, std::move(self));
+        return;
+      }
+      self.complete(ec, n);
+    }
+  };
+
+  // The socket is readable: reads what it holds, straight into `buffers` when they can take all
+  // of it, else into a buffer of that size; `n` is what went into `buffers`.
+  template <typename MutableBufferSequence>
+  std::error_code fill(const MutableBufferSequence& buffers, size_t& n) {
+    std::error_code ec;
+    size_t waiting = socket_.available(ec);
+    if (ec || waiting <= asio::buffer_size(buffers)) {
+      n = socket_.read_some(buffers, ec);
+      return ec;
+    }
+    size_t size = std::min(waiting, kReadBuffer);
+    storage_ = std::make_unique_for_overwrite<char[]>(size);
+    begin_ = 0;
+    end_ = socket_.read_some(asio::buffer(storage_.get(), size), ec);
+    if (ec) {
+      storage_.reset();
+      end_ = 0;
+      return ec;
+    }
+    n = take(buffers);
+    return ec;
   }
+
+  // Hands buffered bytes out; the buffer goes once it is empty.
+  template <typename MutableBufferSequence>
+  size_t take(const MutableBufferSequence& buffers) {
+    size_t n = asio::buffer_copy(buffers, asio::buffer(storage_.get() + begin_, end_ - begin_));
+    begin_ += n;
+    if (begin_ == end_) {
+      storage_.reset();
+      begin_ = end_ = 0;
+    }
+    return n;
+  }
+
+  asio::ip::tcp::socket socket_;
+  std::unique_ptr<char[]> storage_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
 };
 
 // TLS inside TLS: the apiserver's session carried in the CONNECT tunnel of an https proxy-url.
