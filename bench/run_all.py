@@ -589,7 +589,9 @@ class Bench:
                     if holder.poll() is None:
                         os.killpg(holder.pid, signal.SIGKILL)
                         holder.wait()
-                time.sleep(2 * self.args.settle)  # closes propagate (CLOSE_RSP, agent side)
+                # Closes propagate (CLOSE_RSP, agent side), and our daemons' trimmer (every 2 s)
+                # hands the freed heap back; a sample at 2 s caught it before or after by chance.
+                time.sleep(self.args.after_close)
                 after = [memory_kib(p.pid) for _, p in target.daemons]
                 for (label, _), i, h, a in zip(target.daemons, idle, held, after):
                     sfx = daemon_suffix(target, label)
@@ -793,6 +795,8 @@ def main():
     ap.add_argument("--wrk-connections", type=int, default=16)
     ap.add_argument("--settle", type=float, default=1.0,
                     help="seconds a daemon is left to settle before a memory sample")
+    ap.add_argument("--after-close", type=float, default=5.0,
+                    help="seconds after the idle tunnels closed before the last memory sample")
     ap.add_argument("--step-timeout", type=float, default=300)
     ap.add_argument("--only", default="", help="comma-separated targets (default: all)")
     ap.add_argument("--json", default="")
@@ -804,6 +808,7 @@ def main():
     if args.quick:
         args.runs, args.bytes, args.duration = 1, 64 * 2**20, 0.3
         args.idle, args.idle_ours, args.step_timeout, args.settle = 100, 1000, 60, 0.3
+        args.after_close = 2.5
     args.only = [s for s in args.only.split(",") if s]
     unknown = [s for s in args.only if s not in ALL_TARGETS]
     if unknown:
