@@ -226,6 +226,10 @@ class ByteStream {
 
   bool is_open() { return lowest().is_open(); }
 
+  // Ends the pending operations with operation_aborted and leaves the stream open (a reply can
+  // still be written). A gRPC tunnel cannot end one operation alone, so it is closed instead.
+  void cancel() { lowest().cancel(); }
+
   // Waits until a read would not block, so a caller can take its buffer only then. Plain sockets
   // only (a Konnectivity tunnel that is a unix socket included): a TLS stream may hold decrypted
   // bytes its socket no longer shows, and a gRPC tunnel has no socket, so for them it returns at
@@ -302,6 +306,17 @@ class ByteStream {
     }
     bool is_open() {
       return self.visit([](auto& s) { return s.lowest_layer().is_open(); });
+    }
+    void cancel() {
+      std::error_code ignored;
+      self.visit([&](auto& s) {
+        auto& low = s.lowest_layer();
+        if constexpr (requires { low.cancel(ignored); }) {
+          low.cancel(ignored);
+        } else {
+          low.close(ignored);
+        }
+      });
     }
   };
   Lowest lowest() { return Lowest{*this}; }

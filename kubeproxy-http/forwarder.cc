@@ -13,6 +13,7 @@
 #include "core/http/http1_writer.h"
 #include "core/log/log_macros.h"
 #include "kubeproxy-http/upgrade.h"
+#include "kubeproxy-http/watchdog.h"
 
 namespace konn::kubeproxy {
 namespace {
@@ -61,22 +62,27 @@ class InBuffer {
   size_t end_ = 0;
 };
 
-core::io::Awaitable<ByteStream::IoResult> read_within(ByteStream& s, asio::mutable_buffer b,
+// A read of `s` bounded by `limit` (zero: unbounded), timed by the connection's watchdog,
+// whose expiry cancels the read.
+core::io::Awaitable<ByteStream::IoResult> read_within(ByteStream& s, Watchdog& watchdog,
+                                                      asio::mutable_buffer b,
                                                       Clock::duration limit) {
-  using namespace asio::experimental::awaitable_operators;
   if (limit <= Clock::duration::zero()) co_return co_await s.read_some(b);
-  asio::steady_timer timer(s.get_executor(), limit);
-  auto r = co_await (s.read_some(b) || timer.async_wait(core::io::use_nothrow));
-  if (r.index() == 1) co_return ByteStream::IoResult{asio::error::timed_out, 0};
-  co_return std::get<0>(r);
+  watchdog.arm(limit);
+  auto [ec, n] = co_await s.read_some(b);
+  bool expired = watchdog.expired();
+  watchdog.disarm();
+  if (ec && expired) co_return ByteStream::IoResult{asio::error::timed_out, 0};
+  co_return ByteStream::IoResult{ec, n};
 }
 
 // True once a read would not block; false after `limit` or an error.
-core::io::Awaitable<bool> wait_readable_within(ByteStream& s, Clock::duration limit) {
-  using namespace asio::experimental::awaitable_operators;
-  asio::steady_timer timer(s.get_executor(), limit);
-  auto r = co_await (s.wait_readable() || timer.async_wait(core::io::use_nothrow));
-  co_return r.index() == 0 && !std::get<0>(r);
+core::io::Awaitable<bool> wait_readable_within(ByteStream& s, Watchdog& watchdog,
+                                               Clock::duration limit) {
+  watchdog.arm(limit);
+  auto ec = co_await s.wait_readable();
+  watchdog.disarm();
+  co_return !ec;
 }
 
 bool starts_with_ci(std::string_view s, std::string_view prefix) {
@@ -110,9 +116,13 @@ struct Forwarder::Exchange {
   Clock::time_point start{};
   int status = 0;
   uint64_t bytes_out = 0;
+  Watchdog watchdog;  // bounds the waits for the client (read_within)
 
   Exchange(ByteStream& c, std::string p, size_t max_head)
-      : client(c), peer(std::move(p)), req(Http1Parser::Kind::Request, max_head) {}
+      : client(c),
+        peer(std::move(p)),
+        req(Http1Parser::Kind::Request, max_head),
+        watchdog(c.get_executor(), [&c] { c.cancel(); }) {}
   char* upstream_buffer() {
     if (!ubuf) ubuf = std::make_unique_for_overwrite<char[]>(kBufferSize);
     return ubuf.get();
@@ -257,12 +267,12 @@ core::io::Awaitable<void> Forwarder::serve(ByteStream client, std::string peer) 
           // Between requests: no buffer is held while the client keeps the connection idle.
           x.in.release_if_empty();
           x.ubuf.reset();
-          if (!co_await wait_readable_within(client, limit)) {
+          if (!co_await wait_readable_within(client, x.watchdog, limit)) {
             keep = false;
             break;
           }
         }
-        auto [ec, n] = co_await read_within(client, x.in.space(), limit);
+        auto [ec, n] = co_await read_within(client, x.watchdog, x.in.space(), limit);
         if (ec || n == 0) {
           if (ec == asio::error::timed_out && !x.req.idle()) {
             std::string resp = core::http::write_text_response(408, "Request Timeout\n", true);
@@ -483,7 +493,7 @@ core::io::Awaitable<bool> Forwarder::forward(Exchange& x, const std::string& tar
     }
     while (!x.body_done) {
       if (x.in.pending().empty()) {
-        auto [ec, n] = co_await read_within(x.client, x.in.space(), kIdleTimeout);
+        auto [ec, n] = co_await read_within(x.client, x.watchdog, x.in.space(), kIdleTimeout);
         if (ec || n == 0) {
           up->close();
           co_return false;
