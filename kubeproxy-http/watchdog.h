@@ -12,7 +12,7 @@ namespace konn::kubeproxy {
 //
 // A keep-alive connection waits once or twice per request. Bounding each wait with a timer of its
 // own and an awaitable `||` cost two coroutine frames, a timer set and cancelled, and a
-// cancellation slot per wait: about a tenth of kubeproxy-http's CPU per small request. Here
+// cancellation slot per wait: about a sixth of kubeproxy-http's CPU per small request. Here
 // arm() only moves a deadline. The timer already pending fires at its older time, finds the
 // deadline later, and waits again, so a busy connection touches its timer about once per bound
 // (90 s between requests), not once per read.
