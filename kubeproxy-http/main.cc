@@ -6,16 +6,19 @@
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/log/logger.h"
+#include "core/tunnel/grpc_runtime.h"
 #include "kubeproxy-http/kubeproxy_app.h"
 #include "kubeproxy-http/kubeproxy_options.h"
 
 int main(int argc, char** argv) {
   konn::core::io::ignore_broken_pipe_signal();
   konn::core::io::tune_allocator_for_relaying();
+  konn::core::tunnel::turn_off_lock_order_checks();
   konn::kubeproxy::KubeproxyOptions options;
   konn::core::config::FlagParser flags(
-      "kubeproxy-http", "Creates a proxy server or application-level gateway between localhost and "
-                        "the Kubernetes API server (kubectl proxy compatible).");
+      "kubeproxy-http",
+      "Creates a proxy server or application-level gateway between localhost and "
+      "the Kubernetes API server (kubectl proxy compatible).");
   options.register_flags(flags);
   flags.add_check_config();
   auto parsed = flags.parse(argc, argv);
