@@ -2,10 +2,13 @@
 
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include <asio/io_context.hpp>
 #include <asio/read.hpp>
 #include <catch2/catch.hpp>
+
+#include "tests/support/loopback.h"
 
 using asio::ip::tcp;
 using konn::kubeproxy::BufferedTcp;
@@ -17,11 +20,7 @@ struct Pair {
   asio::io_context io;
   tcp::socket near{io};
   tcp::socket far{io};
-  Pair() {
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-    near.connect(acceptor.local_endpoint());
-    far = acceptor.accept();
-  }
+  Pair() { std::tie(near, far) = konn::testsupport::tcp_pair(io); }
 };
 
 std::string pattern(size_t n) {

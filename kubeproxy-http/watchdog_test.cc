@@ -9,6 +9,8 @@
 #include <asio/write.hpp>
 #include <catch2/catch.hpp>
 
+#include "tests/support/loopback.h"
+
 using asio::ip::tcp;
 using konn::kubeproxy::Watchdog;
 using namespace std::chrono_literals;
@@ -16,10 +18,9 @@ using Clock = std::chrono::steady_clock;
 
 TEST_CASE("watchdog: a read still pending at the deadline is cancelled", "[kubeproxy][unit]") {
   asio::io_context io;
-  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  tcp::socket near(io);
-  near.connect(acceptor.local_endpoint());
-  tcp::socket far = acceptor.accept();  // stays silent
+  auto sockets = konn::testsupport::tcp_pair(io);
+  tcp::socket& near = sockets.first;
+  tcp::socket& far = sockets.second;  // silent until the second half
 
   int expiries = 0;
   Watchdog w(io.get_executor(), [&] {

@@ -11,18 +11,11 @@
 #include <asio/write.hpp>
 #include <catch2/catch.hpp>
 
-#include "core/net/listener.h"
+#include "tests/support/loopback.h"
 
 using asio::ip::tcp;
 
 namespace {
-std::pair<tcp::socket, tcp::socket> socket_pair(asio::io_context& ctx) {
-  auto acceptor = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
-  tcp::socket a(ctx);
-  a.connect(acceptor.local_endpoint());
-  tcp::socket b = acceptor.accept();
-  return {std::move(a), std::move(b)};
-}
 bool is_socket(int fd) {
   struct stat st {};
   return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
@@ -64,8 +57,8 @@ struct RoundTrip {
 
 RoundTrip splice_round_trip(size_t up_bytes, size_t down_bytes, unsigned seed, int* fallback) {
   asio::io_context ctx;
-  auto [client, proxy_down] = socket_pair(ctx);
-  auto [proxy_up, server] = socket_pair(ctx);
+  auto [client, proxy_down] = konn::testsupport::tcp_pair(ctx);
+  auto [proxy_up, server] = konn::testsupport::tcp_pair(ctx);
   konn::socks5::Activity activity;
   RoundTrip run;
   asio::co_spawn(
@@ -136,8 +129,8 @@ TEST_CASE("splice relay moves bytes both ways and passes half-close on", "[splic
 
 TEST_CASE("splice relay ends both directions on a reset", "[splice]") {
   asio::io_context ctx;
-  auto [client, proxy_down] = socket_pair(ctx);
-  auto [proxy_up, server] = socket_pair(ctx);
+  auto [client, proxy_down] = konn::testsupport::tcp_pair(ctx);
+  auto [proxy_up, server] = konn::testsupport::tcp_pair(ctx);
   konn::socks5::Activity activity;
   bool done = false;
   asio::co_spawn(

@@ -10,27 +10,14 @@
 #include <asio/write.hpp>
 #include <catch2/catch.hpp>
 
-#include "core/net/listener.h"
+#include "tests/support/loopback.h"
 
 using asio::ip::tcp;
 
-namespace {
-
-// A connected pair of loopback TCP sockets.
-std::pair<tcp::socket, tcp::socket> socket_pair(asio::io_context& ctx) {
-  auto acceptor = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
-  tcp::socket a(ctx);
-  a.connect(acceptor.local_endpoint());
-  tcp::socket b = acceptor.accept();
-  return {std::move(a), std::move(b)};
-}
-
-}  // namespace
-
 TEST_CASE("relay moves bytes both ways and passes half-close on", "[relay]") {
   asio::io_context ctx;
-  auto [client, proxy_down] = socket_pair(ctx);
-  auto [proxy_up, server] = socket_pair(ctx);
+  auto [client, proxy_down] = konn::testsupport::tcp_pair(ctx);
+  auto [proxy_up, server] = konn::testsupport::tcp_pair(ctx);
 
   konn::core::relay::RelayStats stats;
   asio::co_spawn(ctx,
@@ -73,8 +60,8 @@ TEST_CASE("relay moves bytes both ways and passes half-close on", "[relay]") {
 
 TEST_CASE("relay closes both sides when one resets", "[relay]") {
   asio::io_context ctx;
-  auto [client, proxy_down] = socket_pair(ctx);
-  auto [proxy_up, server] = socket_pair(ctx);
+  auto [client, proxy_down] = konn::testsupport::tcp_pair(ctx);
+  auto [proxy_up, server] = konn::testsupport::tcp_pair(ctx);
   bool done = false;
   asio::co_spawn(ctx,
                  [&]() -> konn::core::io::Awaitable<void> {

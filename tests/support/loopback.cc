@@ -93,4 +93,11 @@ StuckListener::~StuckListener() {
   close(listen_fd_);
 }
 
+std::pair<asio::ip::tcp::socket, asio::ip::tcp::socket> tcp_pair(asio::io_context& ctx) {
+  asio::ip::tcp::acceptor acceptor(ctx, {asio::ip::address_v4::loopback(), 0});
+  asio::ip::tcp::socket dialled(ctx);
+  dialled.connect(acceptor.local_endpoint());
+  return {std::move(dialled), acceptor.accept()};
+}
+
 }  // namespace konn::testsupport

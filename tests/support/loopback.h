@@ -1,6 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
 
 namespace konn::testsupport {
 
@@ -26,6 +30,9 @@ class StuckListener {
   int filler_fd_ = -1;
   uint16_t port_ = 0;
 };
+
+// Two connected TCP sockets on 127.0.0.1, both on `ctx`: the first dialled, the second accepted.
+std::pair<asio::ip::tcp::socket, asio::ip::tcp::socket> tcp_pair(asio::io_context& ctx);
 
 // True when a TCP connect to 127.0.0.1:port completes within `timeout_ms`.
 bool tcp_port_accepts(uint16_t port, int timeout_ms = 200);
