@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Builds the bad-input and fault table of docs/reliability.md from annotations in the tests.
+"""Builds the bad-input and fault table of docs/bad-input.md from annotations in the tests.
 
 An annotation is a comment line directly above a TEST_CASE or SECTION (several may precede one):
 
     // reliability: <daemon> | <input or fault> | <answer> | <logged> | <what keeps running>
     // reliability+: <more text, appended to the previous annotation>
 
-Without arguments the table is written between the markers in docs/reliability.md (a section is
+Without arguments the table is written between the markers in docs/bad-input.md (a section is
 appended when they are missing). With --check nothing is written: exits 1 when the doc's table is
 not what would be generated, or when an annotation is malformed or belongs to no test.
 """
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "reliability.md"
+DOC = ROOT / "docs" / "bad-input.md"
 SOURCE_DIRS = ["core", "proxy-server", "proxy-agent", "socks5", "kubeproxy-http", "test-client",
                "tests"]
 BEGIN = "<!-- reliability-table:begin -->"
@@ -31,8 +31,8 @@ keeps running` comment placed above the test case (or section) that sends the in
 the fault, by `tools/reliability_table.py`; the `docs.reliability_table` ctest runs it with
 `--check` and fails when this table and the annotations differ. "answer" is what the peer gets,
 "logged" the daemon's log line (level and text), "keeps running" what the test shows still works.
-The soak run (`konn-soak`, a program rather than a test case: SIGKILLs of agents and of a server,
-resets mid-transfer, slow readers) is described in the Soak section above.
+The soak run (`konn-soak`: SIGKILLs of agents and of a server, resets mid-transfer, slow readers)
+is in reliability.md.
 """
 
 ANNOTATION = re.compile(r"^\s*// reliability(\+?):\s?(.*)$")

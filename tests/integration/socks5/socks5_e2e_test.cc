@@ -396,7 +396,7 @@ class Flood {
 
 // reliability: socks5 | a client resets its connection while a spliced download is writing to it
 // reliability+: (splice(2) into that socket raises SIGPIPE) | the session closes | info "close ...
-// reliability+: reason=..." | socks5 (SIGPIPE is ignored; it used to kill the daemon)
+// reliability+: reason=..." | socks5 (it ignores SIGPIPE)
 TEST_CASE("clients that reset mid-download do not kill socks5", "[e2e]") {
   TempDir dir;
   Flood flood;
