@@ -31,7 +31,7 @@ std::vector<uint16_t> agent_ports(const std::vector<std::unique_ptr<FleetServer>
 // reliability+: stream dropped, 2 of 3 kept | info "server ... at ... gone: ..." | both agents
 // reliability+: route through the 2 other servers
 TEST_CASE(
-    "ha: three servers and two agents, a stream to each; a killed server leaves the rest "
+    "ha: three servers and two agents, a stream to each, and a killed server leaves the rest "
     "routing",
     "[e2e][ha]") {
   KONN_REQUIRE_DAEMONS();
