@@ -6,6 +6,8 @@
 #include <tuple>
 
 #include "bench/loadgen/grpc_tunnel.h"
+#include "core/konnectivity/connect_reply.h"
+#include "core/net/endpoint.h"
 #include "test-client/channel.h"
 
 namespace konn::bench {
@@ -54,11 +56,9 @@ class SocketStream final : public Stream {
 };
 
 std::pair<std::string, uint16_t> split_host_port(const std::string& hp) {
-  auto colon = hp.rfind(':');
-  if (colon == std::string::npos) throw std::invalid_argument("no port in '" + hp + "'");
-  int port = std::stoi(hp.substr(colon + 1));
-  if (port <= 0 || port > 65535) throw std::invalid_argument("bad port in '" + hp + "'");
-  return {hp.substr(0, colon), static_cast<uint16_t>(port)};
+  auto parsed = core::net::parse_host_port(hp);
+  if (!parsed || parsed->port == 0) throw std::invalid_argument("bad host:port '" + hp + "'");
+  return {parsed->host, parsed->port};
 }
 
 template <typename Socket>
@@ -124,22 +124,23 @@ Awaitable<std::string> connect_handshake(Socket& s, const std::string& target,
   if (auto [ec, n] = co_await asio::async_write(s, asio::buffer(req), use_nothrow); ec) {
     co_return "CONNECT request: " + ec.message();
   }
-  std::string head;
+  core::konnectivity::ConnectReply reply;
   std::array<char, 1024> buf{};
-  size_t end = std::string::npos;
-  while (end == std::string::npos) {
+  for (;;) {
     auto [ec, n] = co_await s.async_read_some(asio::buffer(buf), use_nothrow);
-    if (ec) co_return "CONNECT answer: " + ec.message();
-    head.append(buf.data(), n);
-    end = head.find("\r\n\r\n");
-    if (end == std::string::npos && head.size() > 16384) co_return "CONNECT answer too long";
+    switch (ec ? reply.finish() : reply.feed(std::string_view(buf.data(), n))) {
+      case core::konnectivity::ConnectReply::Status::Established:
+        *leftover = reply.leftover();
+        co_return "";
+      case core::konnectivity::ConnectReply::Status::Failed:
+        co_return "CONNECT refused: " + reply.describe();
+      case core::konnectivity::ConnectReply::Status::Invalid:
+        co_return "CONNECT answer: " + reply.error();
+      case core::konnectivity::ConnectReply::Status::NeedMore:
+        if (ec) co_return "CONNECT answer: " + ec.message();
+        break;
+    }
   }
-  // "HTTP/1.x 200 ..."
-  if (head.size() < 12 || head.compare(0, 5, "HTTP/") != 0 || head.compare(9, 3, "200") != 0) {
-    co_return "CONNECT refused: " + head.substr(0, head.find("\r\n"));
-  }
-  *leftover = head.substr(end + 4);
-  co_return "";
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "bench/loadgen/destination.h"
 #include "bench/loadgen/pattern.h"
+#include "core/http/http1_parser.h"
 
 namespace konn::bench {
 
@@ -172,32 +173,26 @@ nlohmann::json base(const char* workload, const WorkloadOptions& o) {
   return {{"workload", workload}, {"via", o.via.to_string()}};
 }
 
-// An HTTP/1.1 GET on an open stream, answer read in full (Content-Length); throws unless 200.
+// An HTTP/1.1 GET on an open stream, answer read in full; throws unless 200.
 Awaitable<void> http_get(Stream& s, const std::string& path) {
+  using core::http::Http1Parser;
   std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
   co_await must_write(s, asio::buffer(req), "http request");
-  std::string got;
+  Http1Parser parser(Http1Parser::Kind::Response);
   std::array<char, 16384> buf{};
-  size_t end = std::string::npos;
-  while (end == std::string::npos) {
+  for (;;) {
     auto [ec, n] = co_await s.read_some(asio::buffer(buf));
     if (ec) throw std::runtime_error("http answer: " + ec.message());
-    got.append(buf.data(), n);
-    end = got.find("\r\n\r\n");
+    auto r = parser.feed(std::string_view(buf.data(), n));
+    if (r.status == Http1Parser::Status::Invalid) {
+      throw std::runtime_error("http answer: " + parser.error());
+    }
+    if (r.status == Http1Parser::Status::MessageComplete) break;
   }
-  if (got.compare(0, 5, "HTTP/") != 0 || got.compare(9, 3, "200") != 0) {
-    throw std::runtime_error("http answer: " + got.substr(0, got.find("\r\n")));
+  if (parser.head().status != 200) {
+    throw std::runtime_error("http answer: " + std::to_string(parser.head().status) + " " +
+                             parser.head().reason);
   }
-  std::string head = got.substr(0, end);
-  std::transform(head.begin(), head.end(), head.begin(), [](char c) {
-    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  });
-  auto cl = head.find("\r\ncontent-length:");
-  if (cl == std::string::npos) throw std::runtime_error("http answer without Content-Length");
-  size_t body = std::stoul(head.substr(cl + 17));
-  size_t have = got.size() - end - 4;
-  std::vector<char> rest(body > have ? body - have : 0);
-  if (!rest.empty()) co_await must_read(s, rest.data(), rest.size(), "http body");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "core/kube/lease.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 using namespace konn::core::kube;
 using namespace std::chrono_literals;
@@ -45,9 +46,11 @@ TEST_CASE("lease JSON: written fields come back, lists and status reasons parse"
   l.lease_duration_seconds = 30;
   l.renew_time = parse_rfc3339("2024-01-02T03:04:05.000006Z");
   std::string doc = lease_to_json(l, "kube-system");
-  CHECK(doc.find("\"apiVersion\":\"coordination.k8s.io/v1\"") != std::string::npos);
-  CHECK(doc.find("\"namespace\":\"kube-system\"") != std::string::npos);
-  CHECK(doc.find("\"renewTime\":\"2024-01-02T03:04:05.000006Z\"") != std::string::npos);
+  auto written = nlohmann::json::parse(doc);
+  CHECK(written["apiVersion"] == "coordination.k8s.io/v1");
+  CHECK(written["kind"] == "Lease");
+  CHECK(written["metadata"]["namespace"] == "kube-system");
+  CHECK(written["spec"]["renewTime"] == "2024-01-02T03:04:05.000006Z");
   auto back = parse_lease(doc);
   REQUIRE(back);
   CHECK(back->name == l.name);

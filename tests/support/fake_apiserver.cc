@@ -7,6 +7,8 @@
 #include <asio/ssl.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/http/http1_parser.h"
+
 namespace konn::testsupport {
 namespace {
 
@@ -78,7 +80,7 @@ struct FakeApiserver::Request {
   std::string method;
   std::string path;  // without the query
   std::map<std::string, std::string> query;
-  std::string head;
+  core::http::MessageHead head;
   std::string body;
 };
 
@@ -178,29 +180,21 @@ void FakeApiserver::serve(asio::ip::tcp::socket socket) {
   std::error_code ec;
   s.handshake(asio::ssl::stream_base::server, ec);
   if (ec) return;
-  asio::streambuf in;
-  size_t head_len = asio::read_until(s, in, "\r\n\r\n", ec);
-  if (ec) return;
+  using core::http::Http1Parser;
+  Http1Parser parser(Http1Parser::Kind::Request);
   Request r;
-  r.head.assign(asio::buffers_begin(in.data()), asio::buffers_begin(in.data()) + head_len);
-  in.consume(head_len);
-  size_t length = 0;
-  std::string lower = r.head;
-  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (auto p = lower.find("content-length:"); p != std::string::npos) {
-    length = std::stoul(lower.substr(p + 15));
+  char buf[16 * 1024];
+  for (bool complete = false; !complete;) {
+    size_t n = s.read_some(asio::buffer(buf), ec);
+    if (ec) return;
+    auto res = parser.feed(std::string_view(buf, n));
+    if (res.status == Http1Parser::Status::Invalid) return;
+    for (auto piece : res.body) r.body.append(piece);
+    complete = res.status == Http1Parser::Status::MessageComplete;
   }
-  r.body.assign(asio::buffers_begin(in.data()), asio::buffers_end(in.data()));
-  if (r.body.size() < length) {
-    std::string rest(length - r.body.size(), '\0');
-    asio::read(s, asio::buffer(rest), ec);
-    r.body += rest;
-  }
-  // Request line: METHOD target HTTP/1.1
-  auto sp1 = r.head.find(' ');
-  auto sp2 = r.head.find(' ', sp1 + 1);
-  r.method = r.head.substr(0, sp1);
-  std::string target = r.head.substr(sp1 + 1, sp2 - sp1 - 1);
+  r.head = parser.head();
+  r.method = r.head.method;
+  const std::string& target = r.head.target;
   auto qmark = target.find('?');
   r.path = target.substr(0, qmark);
   if (qmark != std::string::npos) {
@@ -218,8 +212,8 @@ void FakeApiserver::serve(asio::ip::tcp::socket socket) {
   }
 
   std::pair<int, std::string> answer{404, status_body(404, "NotFound", "no such path")};
-  bool authorized =
-      r.head.find("Authorization: Bearer " + caller_token_ + "\r\n") != std::string::npos;
+  const std::string* authorization = r.head.find("Authorization");
+  bool authorized = authorization != nullptr && *authorization == "Bearer " + caller_token_;
   bool is_review = r.method == "POST" && r.path == "/apis/authentication.k8s.io/v1/tokenreviews";
   bool is_lease = r.path.rfind(kLeasePrefix, 0) == 0;
   if (is_review) ++reviews_;

@@ -1,10 +1,10 @@
 #include "tests/support/http_server.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <string_view>
 
+#include "core/http/http1_parser.h"
 #include "core/io/asio_compat.h"
 
 namespace konn::testsupport {
@@ -16,13 +16,6 @@ using core::io::use_nothrow;
 constexpr size_t kMaxHead = 64 * 1024;
 constexpr size_t kPiece = 256 * 1024;
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 std::string head(int status, const char* reason, uint64_t length, bool close) {
   return "HTTP/1.1 " + std::to_string(status) + " " + reason +
          "\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(length) +
@@ -30,32 +23,28 @@ std::string head(int status, const char* reason, uint64_t length, bool close) {
 }
 
 asio::awaitable<void> serve(tcp::socket s, HttpServer* server) {
-  std::string buf;
+  using core::http::Http1Parser;
+  Http1Parser parser(Http1Parser::Kind::Request, kMaxHead);
+  std::string buf;  // bytes read and not parsed yet: the start of a pipelined request
   std::vector<char> in(16 * 1024);
   for (;;) {
-    size_t end;
-    while ((end = buf.find("\r\n\r\n")) == std::string::npos) {
-      if (buf.size() > kMaxHead) co_return;
-      auto [ec, n] = co_await s.async_read_some(asio::buffer(in), use_nothrow);
-      if (ec) co_return;
-      buf.append(in.data(), n);
+    // One request; a body, if it has one, is read and dropped.
+    for (bool complete = false; !complete;) {
+      if (buf.empty()) {
+        auto [ec, n] = co_await s.async_read_some(asio::buffer(in), use_nothrow);
+        if (ec) co_return;
+        buf.assign(in.data(), n);
+      }
+      auto r = parser.feed(buf);
+      if (r.status == Http1Parser::Status::Invalid) co_return;
+      buf.erase(0, r.consumed);
+      complete = r.status == Http1Parser::Status::MessageComplete;
     }
-    std::string request = buf.substr(0, end);
-    buf.erase(0, end + 4);
     server->count_request();
-
-    // Request line: METHOD SP target SP version.
-    std::string_view line(request);
-    line = line.substr(0, line.find("\r\n"));
-    auto sp1 = line.find(' ');
-    auto sp2 = line.rfind(' ');
-    if (sp1 == std::string_view::npos || sp2 == sp1) co_return;
-    std::string method(line.substr(0, sp1));
-    std::string target(line.substr(sp1 + 1, sp2 - sp1 - 1));
-    std::string version(line.substr(sp2 + 1));
-    std::string lowered = lower(request);
-    bool close =
-        version == "HTTP/1.0" || lowered.find("\r\nconnection: close") != std::string::npos;
+    const std::string method = parser.head().method;
+    const std::string target = parser.head().target;
+    const bool close = !parser.head().keep_alive;
+    parser.reset();
 
     std::string body;
     uint64_t pattern_len = 0;

@@ -61,3 +61,16 @@ TEST_CASE("http server: pattern slices agree", "[support]") {
   CHECK(static_cast<unsigned char>(whole[251]) == 0);
   CHECK(static_cast<unsigned char>(whole[250]) == 250);
 }
+
+TEST_CASE("http server: a request body is skipped and the next request on the connection served",
+          "[support]") {
+  HttpServer http;
+  http.add_page("/a", "A");
+  std::string out = fetch_all(http.port(),
+                              // The 12-byte body looks like the start of a request line.
+                              "POST /a HTTP/1.1\r\nContent-Length: 12\r\n\r\nGET /b HTTP/"
+                              "GET /a HTTP/1.1\r\nConnection: close\r\n\r\n");
+  CHECK(out.rfind("HTTP/1.1 405", 0) == 0);
+  CHECK(out.find("\r\n\r\nA") != std::string::npos);
+  CHECK(http.requests() == 2);
+}

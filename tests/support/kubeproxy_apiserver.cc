@@ -22,6 +22,7 @@
 #include <asio/ssl.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/config/flag_parser.h"
 #include "core/http/http1_parser.h"
 #include "core/http/http1_writer.h"
 #include "core/io/asio_compat.h"
@@ -255,31 +256,25 @@ Awaitable<void> accept_loop(asio::ip::tcp::acceptor& acceptor, const Config& cfg
 
 int main(int argc, char** argv) {
   Config cfg;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--cert")
-      cfg.cert = next();
-    else if (a == "--key")
-      cfg.key = next();
-    else if (a == "--client-ca")
-      cfg.client_ca = next();
-    else if (a == "--token")
-      cfg.token = next();
-    else if (a == "--basic")
-      cfg.basic = next();
-    else if (a == "--port")
-      cfg.port = std::atoi(next().c_str());
-    else if (a == "--plain")
-      cfg.plain = true;
-    else if (a == "--watch-events")
-      cfg.watch_events = std::atoi(next().c_str());
-    else if (a == "--watch-interval-ms")
-      cfg.watch_interval_ms = std::atoi(next().c_str());
-    else {
-      std::cerr << "unknown argument " << a << "\n";
-      return 2;
-    }
+  konn::core::config::FlagParser flags(
+      "kubeproxy-fake-apiserver", "The TLS apiserver stand-in of kubeproxy-http's tests and bench");
+  flags.add("cert", &cfg.cert, "server certificate (PEM)");
+  flags.add("key", &cfg.key, "server key (PEM)");
+  flags.add("client-ca", &cfg.client_ca, "CA of accepted client certificates (optional)");
+  flags.add("token", &cfg.token, "bearer token a request must carry");
+  flags.add("basic", &cfg.basic, "user:password a request may carry instead");
+  flags.add("port", &cfg.port, "port on 127.0.0.1 (0: any free port)");
+  flags.add("plain", &cfg.plain, "serve plain HTTP instead of TLS");
+  flags.add("watch-events", &cfg.watch_events, "events of the chunked watch");
+  flags.add("watch-interval-ms", &cfg.watch_interval_ms, "milliseconds between watch events");
+  auto parsed = flags.parse(argc, argv);
+  if (parsed.exit_now) {
+    std::cout << parsed.output;
+    return 0;
+  }
+  if (!parsed.errors.empty()) {
+    for (const auto& e : parsed.errors) std::cerr << "kubeproxy-fake-apiserver: " << e << "\n";
+    return 2;
   }
   std::shared_ptr<asio::ssl::context> tls;
   if (!cfg.plain) {

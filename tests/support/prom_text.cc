@@ -1,10 +1,10 @@
-#include "tests/integration/ha/prom_text.h"
+#include "tests/support/prom_text.h"
 
 #include <cctype>
 #include <cmath>
 #include <set>
 
-namespace konn::e2e {
+namespace konn::testsupport {
 namespace {
 
 bool metric_name(const std::string& s) {
@@ -64,6 +64,15 @@ std::optional<double> PromParse::value(const std::string& name,
     if (s.name == name && s.labels == labels) return s.value;
   }
   return std::nullopt;
+}
+
+std::optional<double> PromParse::value_of(const std::string& series) const {
+  // The series is read by the same parser, as a sample line of its own.
+  PromParse key = parse_prometheus_text(series + " 0\n");
+  if (!key.errors.empty() || key.families.size() != 1) return std::nullopt;
+  const auto& samples = key.families.begin()->second.samples;
+  if (samples.size() != 1) return std::nullopt;
+  return value(samples.front().name, samples.front().labels);
 }
 
 PromParse parse_prometheus_text(const std::string& text) {
@@ -255,4 +264,4 @@ PromParse parse_prometheus_text(const std::string& text) {
   return out;
 }
 
-}  // namespace konn::e2e
+}  // namespace konn::testsupport

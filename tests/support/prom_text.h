@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace konn::e2e {
+namespace konn::testsupport {
 
 // One sample of a Prometheus text exposition (format 0.0.4).
 struct PromSample {
@@ -28,6 +28,9 @@ struct PromParse {
   // The value of the sample `name` with exactly `labels`, if present.
   std::optional<double> value(const std::string& name,
                               const std::map<std::string, std::string>& labels = {}) const;
+  // The value of `series` written as it is exposed: `name` or `name{label="value",...}` (labels
+  // in any order), if present.
+  std::optional<double> value_of(const std::string& series) const;
 };
 
 // A strict parser of the text format as Prometheus 2 reads it: metric and label name syntax,
@@ -38,4 +41,4 @@ struct PromParse {
 // must end with a newline.
 PromParse parse_prometheus_text(const std::string& text);
 
-}  // namespace konn::e2e
+}  // namespace konn::testsupport

@@ -9,14 +9,16 @@
 
 #include <grpcpp/channel.h>
 
-#include "tests/integration/ha/prom_text.h"
 #include "tests/support/process_runner.h"
+#include "tests/support/prom_text.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
 
 namespace konn::e2e {
 
 using namespace std::chrono_literals;
+using testsupport::parse_prometheus_text;
+using testsupport::PromParse;
 
 struct HttpAnswer {
   int status = 0;  // 0: no answer

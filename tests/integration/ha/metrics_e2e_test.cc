@@ -441,29 +441,6 @@ TEST_CASE("metrics: reads paused by backpressure are counted by reason", "[e2e][
   }
 }
 
-TEST_CASE("metrics: the strict Prometheus text parser rejects what Prometheus rejects",
-          "[ha][metrics]") {
-  CHECK(parse_prometheus_text("# TYPE a counter\na 1\n").errors.empty());
-  CHECK(parse_prometheus_text("# HELP h x\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\n"
-                              "h_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n")
-            .errors.empty());
-  CHECK_FALSE(parse_prometheus_text("a 1").errors.empty());               // no final newline
-  CHECK_FALSE(parse_prometheus_text("1a 1\n").errors.empty());            // bad name
-  CHECK_FALSE(parse_prometheus_text("a{b=\"c} 1\n").errors.empty());      // open quote
-  CHECK_FALSE(parse_prometheus_text("a{b=\"\\t\"} 1\n").errors.empty());  // bad escape
-  CHECK_FALSE(parse_prometheus_text("a one\n").errors.empty());           // bad value
-  CHECK_FALSE(parse_prometheus_text("a 1\nb 1\na 2\n").errors.empty());   // split family
-  CHECK_FALSE(parse_prometheus_text("a{x=\"1\"} 1\na{x=\"1\"} 2\n").errors.empty());
-  CHECK_FALSE(parse_prometheus_text("a 1\n# TYPE a counter\n").errors.empty());
-  CHECK_FALSE(parse_prometheus_text("# TYPE a counter\na -1\n").errors.empty());
-  CHECK_FALSE(parse_prometheus_text("# TYPE h histogram\nh_bucket{le=\"1\"} 2\n"
-                                    "h_bucket{le=\"+Inf\"} 1\nh_sum 3\nh_count 1\n")
-                  .errors.empty());  // not cumulative
-  CHECK_FALSE(parse_prometheus_text("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 3\n"
-                                    "h_count 1\n")
-                  .errors.empty());  // no +Inf
-}
-
 // reliability: proxy-server | CONNECT clients reset (SO_LINGER 0) mid-download | tunnels finished |
 // reliability+: debug "http-connect tunnel closed: ..." | every gauge back to 0 on server and agent
 TEST_CASE("metrics: http-connect gauges return to 0 after clients reset mid-download",

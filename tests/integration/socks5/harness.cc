@@ -14,6 +14,8 @@
 #include <asio/read_until.hpp>
 #include <asio/write.hpp>
 
+#include "tests/support/prom_text.h"
+
 extern char** environ;
 
 namespace konn::socks5::e2e {
@@ -201,12 +203,7 @@ double Socks5Daemon::metric(const std::string& series) const {
   auto r = run({"curl", "-sS", "--max-time", "5", "--noproxy", "*",
                 "http://127.0.0.1:" + std::to_string(health_port()) + "/metrics"},
                10s);
-  std::istringstream in(r.out);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
+  return testsupport::parse_prometheus_text(r.out).value_of(series).value_or(-1);
 }
 
 HttpServer::HttpServer(std::string body, const std::string& address)

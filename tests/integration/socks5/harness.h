@@ -79,7 +79,7 @@ class Socks5Daemon {
   Process& process() { return *proc_; }
   // The health/metrics listener's port, from the log (0 when it did not say).
   uint16_t health_port() const;
-  // One sample of /metrics ("name{labels}" exactly as exposed), or -1 when absent.
+  // One sample of /metrics ("name{labels}" as exposed), or -1 when absent.
   double metric(const std::string& series) const;
 
  private:

@@ -15,6 +15,7 @@
 
 #include "tests/integration/tunnel/tunnel_stack.h"
 #include "tests/support/loopback.h"
+#include "tests/support/prom_text.h"
 
 using namespace std::chrono_literals;
 using konn::e2e::AgentSpec;
@@ -115,14 +116,14 @@ std::string scrape(uint16_t port, const std::string& path) {
   return r.output;
 }
 
-// The value of one sample ("name{labels}" exactly as exposed), or -1.
+// The body of /metrics.
+std::string metrics_of(uint16_t port) {
+  return curl({"http://127.0.0.1:" + std::to_string(port) + "/metrics"}).output;
+}
+
+// The value of one sample ("name{labels}" as exposed) in a /metrics body, or -1.
 double sample(const std::string& metrics, const std::string& series) {
-  std::istringstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
+  return konn::testsupport::parse_prometheus_text(metrics).value_of(series).value_or(-1);
 }
 
 // A minimal blocking SOCKS5 client: no auth, CONNECT (or another command) to a domain name.
@@ -250,7 +251,7 @@ TEST_CASE("socks5 through Konnectivity: no agent gets 04, a proxy-server that is
   std::string m;
   CHECK(konn::testsupport::eventually(
       [&] {
-        m = scrape(socks.health, "/metrics");
+        m = metrics_of(socks.health);
         return sample(m, "konn_socks5_sessions_active") == 0;
       },
       5s));
@@ -311,7 +312,7 @@ TEST_CASE("socks5 health and metrics listeners, with the Konnectivity upstream",
   CHECK(ready.find("200 OK") != std::string::npos);
   CHECK(ready.find("[+]konnectivity ok") != std::string::npos);
 
-  auto before = scrape(socks.health, "/metrics");
+  auto before = metrics_of(socks.health);
   CHECK(sample(before, "konn_socks5_sessions_active") == 0);
   std::string url = "http://localhost:" + std::to_string(stack.http.port()) + "/hello";
   for (int i = 0; i < 3; ++i) {
@@ -326,7 +327,7 @@ TEST_CASE("socks5 health and metrics listeners, with the Konnectivity upstream",
   // The last session's close is counted just after its client saw the end.
   CHECK(konn::testsupport::eventually(
       [&] {
-        m = scrape(socks.health, "/metrics");
+        m = metrics_of(socks.health);
         return sample(m, "konn_socks5_sessions_total") >= 4 &&
                sample(m, "konn_socks5_sessions_active") == 0;
       },
@@ -448,7 +449,7 @@ TEST_CASE("kubeproxy-http CONNECT mode through Konnectivity: curl and kubectl",
   std::string m;
   CHECK(konn::testsupport::eventually(
       [&] {
-        m = scrape(health, "/metrics");
+        m = metrics_of(health);
         return sample(m, "konn_kubeproxy_connections_active") == 0 &&
                sample(m, "konn_kubeproxy_responses_total{code=\"200\"}") >= 2;
       },
