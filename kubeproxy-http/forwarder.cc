@@ -334,29 +334,83 @@ core::io::Awaitable<bool> send_text(ByteStream& client, int status, const std::s
 
 core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
   const auto& h = x.req.head();
-  std::string target = h.target;
-  if (starts_with_ci(target, "http://") || starts_with_ci(target, "https://")) {
-    size_t slash = target.find('/', target.find("://") + 3);
-    target = slash == std::string::npos ? "/" : target.substr(slash);
-  }
-  std::string path = target.substr(0, target.find('?'));
-  std::string query = target.find('?') == std::string::npos ? "" : target.substr(target.find('?'));
-  // A request whose body we have not read cannot be followed by another on this connection
-  // unless we forward (and so consume) that body.
+  // A request that is not answered here may still be followed by another on this connection
+  // only when its body has been read (or is forwarded, and so consumed).
   bool can_keep = x.body_done && h.keep_alive;
 
+  // Go's net/http answers these before any handler runs; kubectl's filter never sees them.
+  if (h.target == "*") {
+    if (h.method == "OPTIONS") {
+      co_return co_await send_text(x.client, 200, std::string(), !can_keep, x.status);
+    }
+    co_return co_await send_text(x.client, 400, std::string(), true, x.status);
+  }
+  std::string_view target = h.target;
+  // The host the request names, as Go's r.Host: the authority of an absolute-form target
+  // (RFC 9112 3.2.2: the Host header is then ignored), else the Host header.
+  std::string_view host_value;
+  size_t hosts = 0;
+  for (const auto& [k, v] : h.headers) {
+    if (iequals(k, "Host")) {
+      if (hosts++ == 0) host_value = v;
+    }
+  }
+  if (starts_with_ci(target, "http://") || starts_with_ci(target, "https://")) {
+    size_t auth = target.find("://") + 3;
+    size_t end = target.find_first_of("/?", auth);
+    host_value = target.substr(auth, end == std::string_view::npos ? end : end - auth);
+    if (size_t at = host_value.rfind('@'); at != std::string_view::npos) {
+      host_value.remove_prefix(at + 1);
+    }
+    target = end == std::string_view::npos ? std::string_view("/") : target.substr(end);
+    if (!target.empty() && target.front() == '?') target = "/";  // "http://h?q": path "/"
+  }
+  if (hosts > 1) {
+    co_return co_await send_text(x.client, 400, "400 Bad Request: too many Host headers", true,
+                                 x.status);
+  }
+  if (hosts == 0 && h.version_minor >= 1) {
+    co_return co_await send_text(x.client, 400, "400 Bad Request: missing required Host header",
+                                 true, x.status);
+  }
+  if (!RequestFilter::valid_host(host_value)) {
+    co_return co_await send_text(x.client, 400, "400 Bad Request: malformed Host header", true,
+                                 x.status);
+  }
+  size_t qmark = target.find('?');
+  std::string path(target.substr(0, qmark));
+  std::string query(qmark == std::string_view::npos ? std::string_view() : target.substr(qmark));
+  // Go refuses a request whose path is not rooted or holds a malformed escape ("%zz", "%6"):
+  // nothing after it could say what the path means.
+  if (path.empty() || path.front() != '/' || !RequestFilter::valid_escapes(path)) {
+    co_return co_await send_text(x.client, 400, "400 Bad Request", true, x.status);
+  }
+  // kubectl's ServeMux answers a path with empty, "." or ".." segments (as sent, before
+  // decoding) with a redirect to the cleaned path, for every method but CONNECT. The Location
+  // keeps the client's escapes (kubectl escapes their '%' again, which names another path).
+  if (h.method != "CONNECT" && !RequestFilter::is_clean(path)) {
+    std::string location = RequestFilter::clean_path(path) + (query.size() > 1 ? query : "");
+    co_return co_await redirect(x, location, can_keep);
+  }
+
   if (!options_.www.empty() && path.rfind(options_.www_prefix, 0) == 0) {
-    co_return co_await serve_static(x, path.substr(options_.www_prefix.size()));
+    std::string rel = RequestFilter::percent_decode(path.substr(options_.www_prefix.size()));
+    co_return co_await serve_static(x, rel);
   }
 
   std::string prefix = options_.api_prefix;
   if (prefix.back() != '/') prefix.push_back('/');
-  if (path.rfind(prefix, 0) != 0 && path + "/" != prefix) {
+  if (path + "/" == prefix && prefix != "/") {
+    // ServeMux: "/custom" -> "/custom/" when only "/custom/" is served.
+    std::string location = prefix + (query.size() > 1 ? query : "");
+    co_return co_await redirect(x, location, can_keep);
+  }
+  if (path.rfind(prefix, 0) != 0) {
     co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep,
                                  x.status);
   }
   if (prefix.rfind("/api", 0) != 0 && prefix != "/") {
-    path = "/" + (path.size() >= prefix.size() ? path.substr(prefix.size()) : "");
+    path = "/" + path.substr(prefix.size());
   }
 
   if (!options_.require_token.empty()) {
@@ -368,8 +422,7 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
   }
 
   if (!options_.disable_filter) {
-    const std::string* host = h.find("Host");
-    std::string_view host_only = host ? RequestFilter::strip_port(*host) : std::string_view();
+    std::string_view host_only = RequestFilter::strip_port(host_value);
     if (!filter_.accept(h.method, path, host_only)) {
       KONN_LOG(log_, debug, "{}: filter rejecting {} {} {}", x.peer, h.method, path, host_only);
       co_return co_await send_text(x.client, 403, std::string("Forbidden\n"), !can_keep, x.status);
@@ -712,6 +765,37 @@ core::io::Awaitable<bool> Forwarder::upgrade(Exchange& x, const std::string& tar
            outcome.relayed.upstream_to_downstream);
   up.close();
   co_return false;
+}
+
+core::io::Awaitable<bool> Forwarder::redirect(Exchange& x, const std::string& location,
+                                               bool can_keep) {
+  // As Go's http.Redirect writes it: an HTML body for GET only, a Content-Type for GET and HEAD.
+  const auto& h = x.req.head();
+  Headers hs{{"Location", location}};
+  std::string body;
+  if (h.method == "GET" || h.method == "HEAD") {
+    hs.emplace_back("Content-Type", "text/html; charset=utf-8");
+  }
+  if (h.method == "GET") {
+    std::string href;
+    for (char c : location) {
+      switch (c) {
+        case '&': href += "&amp;"; break;
+        case '<': href += "&lt;"; break;
+        case '>': href += "&gt;"; break;
+        case '"': href += "&#34;"; break;
+        case '\'': href += "&#39;"; break;
+        default: href.push_back(c);
+      }
+    }
+    body = "<a href=\"" + href + "\">Moved Permanently</a>.\n\n";
+  }
+  if (h.method != "HEAD") hs.emplace_back("Content-Length", std::to_string(body.size()));
+  if (!can_keep) hs.emplace_back("Connection", "close");
+  x.status = 301;
+  std::string resp = core::http::write_response_head(301, "", hs) + body;
+  auto [ec, n] = co_await x.client.write(asio::buffer(resp));
+  co_return !ec && can_keep;
 }
 
 core::io::Awaitable<bool> Forwarder::serve_static(Exchange& x, const std::string& rel) {
