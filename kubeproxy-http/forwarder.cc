@@ -362,12 +362,18 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
     if (size_t at = host_value.rfind('@'); at != std::string_view::npos) {
       host_value.remove_prefix(at + 1);
     }
+    // Go's url.Parse refuses a port that is not a number.
+    std::string_view port = RequestFilter::strip_port(host_value) == host_value
+                                ? std::string_view()
+                                : host_value.substr(RequestFilter::strip_port(host_value).size() + 1);
+    if (port.find_first_not_of("0123456789") != std::string_view::npos) {
+      co_return co_await send_text(x.client, 400, "400 Bad Request", true, x.status);
+    }
     target = end == std::string_view::npos ? std::string_view("/") : target.substr(end);
     if (!target.empty() && target.front() == '?') target = "/";  // "http://h?q": path "/"
   }
   if (hosts > 1) {
-    co_return co_await send_text(x.client, 400, "400 Bad Request: too many Host headers", true,
-                                 x.status);
+    co_return co_await send_text(x.client, 400, "400 Bad Request", true, x.status);
   }
   if (hosts == 0 && h.version_minor >= 1) {
     co_return co_await send_text(x.client, 400, "400 Bad Request: missing required Host header",
@@ -429,6 +435,11 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
     }
   }
 
+  // A '#' in the path is a character of the path to Go (the filter read it so), but the start of
+  // a fragment to many other HTTP parsers: send it escaped, as Go's client does.
+  for (size_t at = path.find('#'); at != std::string::npos; at = path.find('#', at + 3)) {
+    path.replace(at, 1, "%23");
+  }
   std::string upstream_target =
       (options_.append_server_path ? rest_.path : std::string()) + path + query;
   if (h.upgrade && h.method != "CONNECT" && h.find("Upgrade") != nullptr) {
