@@ -10,12 +10,15 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <netinet/in.h>
 #include <poll.h>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <sys/socket.h>
@@ -605,4 +608,115 @@ TEST_CASE("differential: --accept-paths --reject-paths and --reject-methods",
       return nullptr;
     });
   }
+}
+
+namespace {
+
+// The TCP ports `pid` listens on: its socket descriptors matched with the LISTEN entries of
+// /proc/net/tcp and tcp6 (what `ss -ltnp` reads).
+std::set<uint16_t> listening_ports(pid_t pid) {
+  std::set<std::string> inodes;
+  std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& e : std::filesystem::directory_iterator(fd_dir)) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) {
+      inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  std::set<uint16_t> ports;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode) != 0) {
+        ports.insert(static_cast<uint16_t>(std::stoul(local.substr(local.find(':') + 1), nullptr, 16)));
+      }
+    }
+  }
+  return ports;
+}
+
+// Holds `port` on every interface while it lives, when it is free (else someone else holds it,
+// which serves the same purpose).
+struct PortHolder {
+  int fd = -1;
+  explicit PortHolder(uint16_t port) {
+    fd = socket(AF_INET6, SOCK_STREAM, 0);
+    int off = 0;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(port);
+    a.sin6_addr = in6addr_any;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 1) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  ~PortHolder() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+std::unique_ptr<Process> start(const std::string& binary, std::vector<std::string> args,
+                               bool search_path = false) {
+  ProcessOptions o;
+  o.binary = binary;
+  o.args = std::move(args);
+  o.search_path = search_path;
+  return std::make_unique<Process>(o);
+}
+
+}  // namespace
+
+// Issue 23: people run several `kubectl proxy` at once (one per context). Two kubeproxy-http
+// with default flags start side by side, and each listens only on the port it printed, as
+// kubectl proxy does; CONNECT mode and socks5 run on when their default health port is taken
+// and fail when a port they were given is.
+TEST_CASE("two instances with default flags listen only where asked", "[kubeproxy][e2e]") {
+  Apiserver api;
+  auto a = start("kubeproxy-http", {"--kubeconfig=" + api.kubeconfig, "--port=0"});
+  auto b = start("kubeproxy-http", {"--kubeconfig=" + api.kubeconfig, "--port=0"});
+  auto k = start("kubectl", {"proxy", "--kubeconfig=" + api.kubeconfig, "--port=0"}, true);
+  for (auto* p : {a.get(), b.get(), k.get()}) {
+    INFO(p->log());
+    REQUIRE(p->wait_for_log("Starting to serve on", std::chrono::seconds(20)));
+  }
+  const std::string serving = "Starting to serve on 127\\.0\\.0\\.1:([0-9]+)";
+  CHECK(listening_ports(a->pid()) == std::set<uint16_t>{port_in(*a, serving)});
+  CHECK(listening_ports(b->pid()) == std::set<uint16_t>{port_in(*b, serving)});
+  CHECK(listening_ports(k->pid()) == std::set<uint16_t>{port_in(*k, serving)});
+  CHECK(a->running());
+  CHECK(b->running());
+
+  // --health-port given: 127.0.0.1 unless --health-bind-address says otherwise.
+  auto h = start("kubeproxy-http",
+                 {"--kubeconfig=" + api.kubeconfig, "--port=0", "--health-port=0"});
+  REQUIRE(h->wait_for_log("health listening on 127.0.0.1:", std::chrono::seconds(20)));
+  CHECK(listening_ports(h->pid()).size() == 2);
+
+  // CONNECT mode and socks5 with their default health ports taken: a warning, and serving.
+  PortHolder kube_default(8097), socks_default(8096);
+  auto c = start("kubeproxy-http", {"--mode=connect", "--port=0"});
+  REQUIRE(c->wait_for_log("health and metrics are off", std::chrono::seconds(20)));
+  REQUIRE(c->wait_for_log("Starting to serve on", std::chrono::seconds(20)));
+  CHECK(c->running());
+  CHECK(listening_ports(c->pid()) == std::set<uint16_t>{port_in(*c, serving)});
+  auto s = start("socks5", {"--bind-address=127.0.0.1", "--port=0"});
+  REQUIRE(s->wait_for_log("health and metrics are off", std::chrono::seconds(20)));
+  CHECK(s->running());
+  CHECK(listening_ports(s->pid()).size() == 1);
+
+  // The same ports given explicitly: start-up fails, naming the port.
+  auto ce = start("kubeproxy-http", {"--mode=connect", "--port=0", "--health-port=8097"});
+  CHECK(ce->wait_exit(std::chrono::seconds(20)) == 1);
+  CHECK(ce->log().find("8097: Address already in use") != std::string::npos);
+  auto se = start("socks5", {"--bind-address=127.0.0.1", "--port=0", "--health-port=8096"});
+  CHECK(se->wait_exit(std::chrono::seconds(20)).value_or(0) != 0);
+  CHECK(se->log().find("8096: Address already in use") != std::string::npos);
 }
