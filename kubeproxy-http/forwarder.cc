@@ -363,9 +363,10 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
       host_value.remove_prefix(at + 1);
     }
     // Go's url.Parse refuses a port that is not a number.
-    std::string_view port = RequestFilter::strip_port(host_value) == host_value
-                                ? std::string_view()
-                                : host_value.substr(RequestFilter::strip_port(host_value).size() + 1);
+    std::string_view port =
+        RequestFilter::strip_port(host_value) == host_value
+            ? std::string_view()
+            : host_value.substr(RequestFilter::strip_port(host_value).size() + 1);
     if (port.find_first_not_of("0123456789") != std::string_view::npos) {
       co_return co_await send_text(x.client, 400, "400 Bad Request", true, x.status);
     }
@@ -779,7 +780,7 @@ core::io::Awaitable<bool> Forwarder::upgrade(Exchange& x, const std::string& tar
 }
 
 core::io::Awaitable<bool> Forwarder::redirect(Exchange& x, const std::string& location,
-                                               bool can_keep) {
+                                              bool can_keep) {
   // As Go's http.Redirect writes it: an HTML body for GET only, a Content-Type for GET and HEAD.
   const auto& h = x.req.head();
   Headers hs{{"Location", location}};
@@ -791,12 +792,23 @@ core::io::Awaitable<bool> Forwarder::redirect(Exchange& x, const std::string& lo
     std::string href;
     for (char c : location) {
       switch (c) {
-        case '&': href += "&amp;"; break;
-        case '<': href += "&lt;"; break;
-        case '>': href += "&gt;"; break;
-        case '"': href += "&#34;"; break;
-        case '\'': href += "&#39;"; break;
-        default: href.push_back(c);
+        case '&':
+          href += "&amp;";
+          break;
+        case '<':
+          href += "&lt;";
+          break;
+        case '>':
+          href += "&gt;";
+          break;
+        case '"':
+          href += "&#34;";
+          break;
+        case '\'':
+          href += "&#39;";
+          break;
+        default:
+          href.push_back(c);
       }
     }
     body = "<a href=\"" + href + "\">Moved Permanently</a>.\n\n";

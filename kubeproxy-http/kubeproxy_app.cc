@@ -152,9 +152,10 @@ struct KubeproxyApp::Impl {
     } catch (const std::system_error& e) {
       // Only the default port may be skipped: a port the user asked for must be served.
       if (options.health_port_set || e.code() != asio::error::address_in_use) throw;
-      log->warn("{}: health and metrics are off (the default port is taken; --health-port "
-                "chooses another, -1 none)",
-                e.what());
+      log->warn(
+          "{}: health and metrics are off (the default port is taken; --health-port "
+          "chooses another, -1 none)",
+          e.what());
       health.reset();
     }
   }

@@ -63,7 +63,8 @@ bool RequestFilter::Pattern::search(std::string_view text) const {
   return true;
 }
 
-std::vector<RequestFilter::Pattern> RequestFilter::compile(const std::vector<std::string>& patterns) {
+std::vector<RequestFilter::Pattern> RequestFilter::compile(
+    const std::vector<std::string>& patterns) {
   std::vector<Pattern> out;
   out.reserve(patterns.size());
   for (const auto& p : patterns) out.emplace_back(p);

@@ -150,8 +150,8 @@ TEST_CASE("default filter refuses every encoded or unclean form of exec and atta
       "/api/v1/namespaces/default/%70ods/x/SUB",
       "/api/v1/namespaces/default/%70%6F%64%73/x/SUB",  // upper-case hex digits
       "/api/v1/namespaces/default/%70%6f%64%73/x/SUB",  // lower-case hex digits
-      "/api/v1/namespaces/default/pods/x/%25SUB1",     // double-encoded
-      "/api/v1/namespaces/default/pods/x/%2525SUB1",   // triple-encoded
+      "/api/v1/namespaces/default/pods/x/%25SUB1",      // double-encoded
+      "/api/v1/namespaces/default/pods/x/%2525SUB1",    // triple-encoded
       "/api/v1/namespaces/default/pods/x%252FSUB",
       "/api/v1/namespaces/default/pods/x/SUB/",
       "/api/v1/namespaces/default/pods/x/SUB;a=b",
@@ -208,12 +208,12 @@ TEST_CASE("anchored patterns hold for every reading of the path", "[filter]") {
   CHECK_FALSE(f.accept("GET", "/api/v1/namespaces/default/secret%2573", "localhost"));
   CHECK_FALSE(f.accept("GET", "/api/v1/namespaces/default/x%2F..%2Fsecrets", "localhost"));
   // Outside the accepted namespace in some reading: refused.
-  CHECK_FALSE(f.accept("GET", "/api/v1/namespaces/default%2F..%2Fkube-system/secrets",
-                       "localhost"));
-  CHECK_FALSE(f.accept("GET", "/api/v1/namespaces/default/..%2Fkube-system%2Fsecrets",
-                       "localhost"));
-  CHECK_FALSE(f.accept("GET", "/api/v1/namespaces/default/%252E%252E/kube-system/secrets",
-                       "localhost"));
+  CHECK_FALSE(
+      f.accept("GET", "/api/v1/namespaces/default%2F..%2Fkube-system/secrets", "localhost"));
+  CHECK_FALSE(
+      f.accept("GET", "/api/v1/namespaces/default/..%2Fkube-system%2Fsecrets", "localhost"));
+  CHECK_FALSE(
+      f.accept("GET", "/api/v1/namespaces/default/%252E%252E/kube-system/secrets", "localhost"));
   // The namespace object itself is reached by ".../default/" and ".../default" alike: the
   // slashless reading does not match this accept pattern.
   CHECK_FALSE(f.accept("GET", "/api/v1/namespaces/default/", "localhost"));
@@ -223,12 +223,27 @@ TEST_CASE("anchored patterns hold for every reading of the path", "[filter]") {
 }
 
 TEST_CASE("fast pattern matching agrees with std::regex", "[filter]") {
-  const char* patterns[] = {"^.*", "^/api/.*/pods/.*/exec", "^localhost$", "^127\\.0\\.0\\.1$",
-                            "^\\[::1\\]$", "^$", "POST", "exec$", "^/api", "a.*b.*c",
-                            "^/x(y|z)", "[0-9]+"};
-  const char* texts[] = {"", "/api/v1/namespaces/d/pods/p/exec", "/api/v1/pods", "localhost",
-                         "localhost.evil", "127.0.0.1", "127x0x0x1", "[::1]", "POST", "XPOSTY",
-                         "abc", "acb", "/xy", "/x", "v1"};
+  const char* patterns[] = {"^.*",         "^/api/.*/pods/.*/exec",
+                            "^localhost$", "^127\\.0\\.0\\.1$",
+                            "^\\[::1\\]$", "^$",
+                            "POST",        "exec$",
+                            "^/api",       "a.*b.*c",
+                            "^/x(y|z)",    "[0-9]+"};
+  const char* texts[] = {"",
+                         "/api/v1/namespaces/d/pods/p/exec",
+                         "/api/v1/pods",
+                         "localhost",
+                         "localhost.evil",
+                         "127.0.0.1",
+                         "127x0x0x1",
+                         "[::1]",
+                         "POST",
+                         "XPOSTY",
+                         "abc",
+                         "acb",
+                         "/xy",
+                         "/x",
+                         "v1"};
   for (const char* p : patterns) {
     // As a reject-methods pattern: methods are matched as sent, with no other reading.
     RequestFilter f({"^.*"}, {}, {"^.*"}, {p});

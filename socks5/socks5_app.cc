@@ -3,8 +3,8 @@
 #include <system_error>
 
 #include <asio/co_spawn.hpp>
-#include <asio/error.hpp>
 #include <asio/detached.hpp>
+#include <asio/error.hpp>
 #include <asio/ip/v6_only.hpp>
 #include <asio/steady_timer.hpp>
 

@@ -41,7 +41,7 @@ struct Socks5Options {
   // (a second socks5 on the machine) start-up logs a warning and runs without it; a port that was
   // given must be bound.
   int health_port = 8096;
-  bool health_port_set = false;  // --health-port was given (command line or file)
+  bool health_port_set = false;     // --health-port was given (command line or file)
   std::string health_bind_address;  // "" = every interface (kubelet probes the pod IP)
   // --konnectivity-*: dial CONNECT destinations through a Konnectivity proxy-server.
   core::konnectivity::UpstreamOptions konnectivity;

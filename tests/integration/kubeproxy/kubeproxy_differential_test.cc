@@ -460,10 +460,10 @@ TEST_CASE("differential: default flags and every encoded form of exec and attach
   }
   auto cases = with_methods(targets);
   // Hosts (the DNS-rebinding guard) and Host header shapes Go refuses.
-  for (const char* h : {"localhost", "localhost:PORT", "127.0.0.1:PORT", "[::1]:PORT", "[::1]",
-                        "LOCALHOST:PORT", "localhost.:PORT", "local%68ost:PORT", "::1",
-                        "[::1]x:PORT", "localhost:1:2", "evil.example:PORT",
-                        "127.0.0.1.evil.example", "-", "local host"}) {
+  for (const char* h :
+       {"localhost", "localhost:PORT", "127.0.0.1:PORT", "[::1]:PORT", "[::1]", "LOCALHOST:PORT",
+        "localhost.:PORT", "local%68ost:PORT", "::1", "[::1]x:PORT", "localhost:1:2",
+        "evil.example:PORT", "127.0.0.1.evil.example", "-", "local host"}) {
     cases.push_back({"GET", "/api", Upgrade::None, h});
     cases.push_back({"POST", root + "/pods/x/portforward", Upgrade::Spdy, h});
   }
@@ -491,7 +491,8 @@ TEST_CASE("differential: default flags and every encoded form of exec and attach
 
 // kubectl's forms of exec reach the subresource when the filter is off: both forward the path
 // as sent, so the fake apiserver names the same target behind either.
-TEST_CASE("differential: --disable-filter forwards every form alike", "[kubeproxy][e2e][differential]") {
+TEST_CASE("differential: --disable-filter forwards every form alike",
+          "[kubeproxy][e2e][differential]") {
   Apiserver api;
   Proxies px(api, {"--disable-filter"});
   const std::string root = "/api/v1/namespaces/default";
@@ -514,8 +515,8 @@ TEST_CASE("differential: --api-prefix", "[kubeproxy][e2e][differential]") {
   const std::string root = "/custom/api/v1/namespaces/default";
   std::vector<std::string> targets = subresource_forms(root, "exec");
   for (auto& t : other_forms(root)) targets.push_back(t);
-  for (const char* t : {"/custom", "/custom/", "/custom/api", "/api", "/api/v1/namespaces/default/pods",
-                        "/custom/%2E%2E/api", "/%63ustom/api"}) {
+  for (const char* t : {"/custom", "/custom/", "/custom/api", "/api",
+                        "/api/v1/namespaces/default/pods", "/custom/%2E%2E/api", "/%63ustom/api"}) {
     targets.emplace_back(t);
   }
   static const Difference kReencoded{
@@ -523,8 +524,8 @@ TEST_CASE("differential: --api-prefix", "[kubeproxy][e2e][differential]") {
       "behind a stripped prefix kubectl forwards its decoded path escaped again (Go's "
       "URL.EscapedPath once RawPath no longer fits), so %2F becomes a real '/' and %2E%2E a "
       "real '..': another path; ours forwards the client's bytes after the prefix"};
-#define KONN_PREFIX_WHY                                                                      \
-  "the API prefix must appear as sent: kubectl's ServeMux also matches an encoded one "       \
+#define KONN_PREFIX_WHY                                                                 \
+  "the API prefix must appear as sent: kubectl's ServeMux also matches an encoded one " \
   "(/%63ustom/ for /custom/); ours answers 404"
   static const Difference kEncodedPrefix{200, 404, KONN_PREFIX_WHY};
   static const Difference kEncodedPrefixUpgrade{500, 404, KONN_PREFIX_WHY};
@@ -597,8 +598,8 @@ TEST_CASE("differential: --accept-paths --reject-paths and --reject-methods",
   }
   {
     Proxies px(api, {"--reject-methods=POST,PUT"});
-    std::vector<Case> cases = with_methods({root + "/pods", root + "/pods/x/portforward",
-                                            root + "/pods/x/%65xec"});
+    std::vector<Case> cases =
+        with_methods({root + "/pods", root + "/pods/x/portforward", root + "/pods/x/%65xec"});
     cases.push_back({"PUT", root + "/pods"});
     cases.push_back({"DELETE", root + "/pods"});
     run_battery(px, cases, [](const Case& c) -> const Difference* {
@@ -634,7 +635,8 @@ std::set<uint16_t> listening_ports(pid_t pid) {
       std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
       f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
       if (state == "0A" && inodes.count(inode) != 0) {
-        ports.insert(static_cast<uint16_t>(std::stoul(local.substr(local.find(':') + 1), nullptr, 16)));
+        ports.insert(
+            static_cast<uint16_t>(std::stoul(local.substr(local.find(':') + 1), nullptr, 16)));
       }
     }
   }
@@ -695,8 +697,8 @@ TEST_CASE("two instances with default flags listen only where asked", "[kubeprox
   CHECK(b->running());
 
   // --health-port given: 127.0.0.1 unless --health-bind-address says otherwise.
-  auto h = start("kubeproxy-http",
-                 {"--kubeconfig=" + api.kubeconfig, "--port=0", "--health-port=0"});
+  auto h =
+      start("kubeproxy-http", {"--kubeconfig=" + api.kubeconfig, "--port=0", "--health-port=0"});
   REQUIRE(h->wait_for_log("health listening on 127.0.0.1:", std::chrono::seconds(20)));
   CHECK(listening_ports(h->pid()).size() == 2);
 
