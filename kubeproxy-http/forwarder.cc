@@ -828,6 +828,11 @@ core::io::Awaitable<bool> Forwarder::serve_static(Exchange& x, const std::string
     co_return co_await send_text(x.client, 405, std::string("Method Not Allowed\n"), !can_keep,
                                  x.status);
   }
+  // A decoded NUL would cut the name the file system sees: no such file.
+  if (rel.find('\0') != std::string::npos) {
+    co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep,
+                                 x.status);
+  }
   std::filesystem::path p = std::filesystem::path(options_.www) / rel;
   for (const auto& part : std::filesystem::path(rel)) {
     if (part == "..")
