@@ -322,6 +322,13 @@ namespace {
 
 Headers www_authenticate() { return {{"WWW-Authenticate", "Bearer realm=\"kubeproxy-http\""}}; }
 
+// Go's net/http wording for requests it refuses before a handler runs. Named objects, not
+// temporaries: g++ 12 mishandles some temporaries that live across a co_await.
+const std::string kGoBadRequest = "400 Bad Request";
+const std::string kGoMissingHost = "400 Bad Request: missing required Host header";
+const std::string kGoMalformedHost = "400 Bad Request: malformed Host header";
+const std::string kNoBody;
+
 core::io::Awaitable<bool> send_text(ByteStream& client, int status, const std::string& body,
                                     bool close, int& status_out, const Headers& extra = {}) {
   status_out = status;
@@ -341,9 +348,9 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
   // Go's net/http answers these before any handler runs; kubectl's filter never sees them.
   if (h.target == "*") {
     if (h.method == "OPTIONS") {
-      co_return co_await send_text(x.client, 200, std::string(), !can_keep, x.status);
+      co_return co_await send_text(x.client, 200, kNoBody, !can_keep, x.status);
     }
-    co_return co_await send_text(x.client, 400, std::string(), true, x.status);
+    co_return co_await send_text(x.client, 400, kNoBody, true, x.status);
   }
   std::string_view target = h.target;
   // The host the request names, as Go's r.Host: the authority of an absolute-form target
@@ -368,21 +375,19 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
             ? std::string_view()
             : host_value.substr(RequestFilter::strip_port(host_value).size() + 1);
     if (port.find_first_not_of("0123456789") != std::string_view::npos) {
-      co_return co_await send_text(x.client, 400, "400 Bad Request", true, x.status);
+      co_return co_await send_text(x.client, 400, kGoBadRequest, true, x.status);
     }
     target = end == std::string_view::npos ? std::string_view("/") : target.substr(end);
     if (!target.empty() && target.front() == '?') target = "/";  // "http://h?q": path "/"
   }
   if (hosts > 1) {
-    co_return co_await send_text(x.client, 400, "400 Bad Request", true, x.status);
+    co_return co_await send_text(x.client, 400, kGoBadRequest, true, x.status);
   }
   if (hosts == 0 && h.version_minor >= 1) {
-    co_return co_await send_text(x.client, 400, "400 Bad Request: missing required Host header",
-                                 true, x.status);
+    co_return co_await send_text(x.client, 400, kGoMissingHost, true, x.status);
   }
   if (!RequestFilter::valid_host(host_value)) {
-    co_return co_await send_text(x.client, 400, "400 Bad Request: malformed Host header", true,
-                                 x.status);
+    co_return co_await send_text(x.client, 400, kGoMalformedHost, true, x.status);
   }
   size_t qmark = target.find('?');
   std::string path(target.substr(0, qmark));
@@ -390,7 +395,7 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
   // Go refuses a request whose path is not rooted or holds a malformed escape ("%zz", "%6"):
   // nothing after it could say what the path means.
   if (path.empty() || path.front() != '/' || !RequestFilter::valid_escapes(path)) {
-    co_return co_await send_text(x.client, 400, "400 Bad Request", true, x.status);
+    co_return co_await send_text(x.client, 400, kGoBadRequest, true, x.status);
   }
   // kubectl's ServeMux answers a path with empty, "." or ".." segments (as sent, before
   // decoding) with a redirect to the cleaned path, for every method but CONNECT. The Location
