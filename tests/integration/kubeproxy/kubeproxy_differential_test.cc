@@ -643,8 +643,8 @@ std::set<uint16_t> listening_ports(pid_t pid) {
   return ports;
 }
 
-// Holds `port` on every interface while it lives, when it is free (else someone else holds it,
-// which serves the same purpose).
+// Listens on `port` (0: any free one) on every interface while it lives; fd < 0 when the port
+// is taken.
 struct PortHolder {
   int fd = -1;
   explicit PortHolder(uint16_t port) {
@@ -702,8 +702,20 @@ TEST_CASE("two instances with default flags listen only where asked", "[kubeprox
   REQUIRE(h->wait_for_log("health listening on 127.0.0.1:", std::chrono::seconds(20)));
   CHECK(listening_ports(h->pid()).size() == 2);
 
-  // CONNECT mode and socks5 with their default health ports taken: a warning, and serving.
-  PortHolder kube_default(8097), socks_default(8096);
+  // CONNECT mode and socks5 with their default health ports taken: a warning, and serving. The
+  // test holds them (another test may hold one a moment: wait for it to be ours).
+  std::unique_ptr<PortHolder> kube_default, socks_default;
+  bool held = eventually(
+      [&] {
+        if (!kube_default || kube_default->fd < 0)
+          kube_default = std::make_unique<PortHolder>(8097);
+        if (!socks_default || socks_default->fd < 0) {
+          socks_default = std::make_unique<PortHolder>(8096);
+        }
+        return kube_default->fd >= 0 && socks_default->fd >= 0;
+      },
+      std::chrono::seconds(10));
+  REQUIRE(held);
   auto c = start("kubeproxy-http", {"--mode=connect", "--port=0"});
   REQUIRE(c->wait_for_log("health and metrics are off", std::chrono::seconds(20)));
   REQUIRE(c->wait_for_log("Starting to serve on", std::chrono::seconds(20)));
@@ -714,11 +726,17 @@ TEST_CASE("two instances with default flags listen only where asked", "[kubeprox
   CHECK(s->running());
   CHECK(listening_ports(s->pid()).size() == 1);
 
-  // The same ports given explicitly: start-up fails, naming the port.
-  auto ce = start("kubeproxy-http", {"--mode=connect", "--port=0", "--health-port=8097"});
+  // A taken port given explicitly: start-up fails, naming the port.
+  PortHolder taken(0);
+  REQUIRE(taken.fd >= 0);
+  sockaddr_in6 bound{};
+  socklen_t len = sizeof bound;
+  REQUIRE(getsockname(taken.fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0);
+  std::string port = std::to_string(ntohs(bound.sin6_port));
+  auto ce = start("kubeproxy-http", {"--mode=connect", "--port=0", "--health-port=" + port});
   CHECK(ce->wait_exit(std::chrono::seconds(20)) == 1);
-  CHECK(ce->log().find("8097: Address already in use") != std::string::npos);
-  auto se = start("socks5", {"--bind-address=127.0.0.1", "--port=0", "--health-port=8096"});
+  CHECK(ce->log().find(port + ": Address already in use") != std::string::npos);
+  auto se = start("socks5", {"--bind-address=127.0.0.1", "--port=0", "--health-port=" + port});
   CHECK(se->wait_exit(std::chrono::seconds(20)).value_or(0) != 0);
-  CHECK(se->log().find("8096: Address already in use") != std::string::npos);
+  CHECK(se->log().find(port + ": Address already in use") != std::string::npos);
 }
