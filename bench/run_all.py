@@ -389,8 +389,8 @@ workers 1
         return Target(name, "tcp", f"iperf3:{port}", [("iperf3", p)])
 
     def start_kubeproxy_http(self, name):
+        # Proxy mode opens only --port by default, as kubectl proxy does.
         p, m = self.procs.start(self.tag(name), [f"{self.bin}/kubeproxy-http", "--port=0",
-                                                 "--health-port=0",
                                                  f"--kubeconfig={self.kdir}/kubeconfig",
                                                  "--log-level=warn"],
                                 ready=r"Starting to serve on (127\.0\.0\.1:\d+)")

@@ -322,6 +322,13 @@ namespace {
 
 Headers www_authenticate() { return {{"WWW-Authenticate", "Bearer realm=\"kubeproxy-http\""}}; }
 
+// Go's net/http wording for requests it refuses before a handler runs. Named objects, not
+// temporaries: g++ 12 mishandles some temporaries that live across a co_await.
+const std::string kGoBadRequest = "400 Bad Request";
+const std::string kGoMissingHost = "400 Bad Request: missing required Host header";
+const std::string kGoMalformedHost = "400 Bad Request: malformed Host header";
+const std::string kNoBody;
+
 core::io::Awaitable<bool> send_text(ByteStream& client, int status, const std::string& body,
                                     bool close, int& status_out, const Headers& extra = {}) {
   status_out = status;
@@ -334,29 +341,88 @@ core::io::Awaitable<bool> send_text(ByteStream& client, int status, const std::s
 
 core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
   const auto& h = x.req.head();
-  std::string target = h.target;
-  if (starts_with_ci(target, "http://") || starts_with_ci(target, "https://")) {
-    size_t slash = target.find('/', target.find("://") + 3);
-    target = slash == std::string::npos ? "/" : target.substr(slash);
-  }
-  std::string path = target.substr(0, target.find('?'));
-  std::string query = target.find('?') == std::string::npos ? "" : target.substr(target.find('?'));
-  // A request whose body we have not read cannot be followed by another on this connection
-  // unless we forward (and so consume) that body.
+  // A request that is not answered here may still be followed by another on this connection
+  // only when its body has been read (or is forwarded, and so consumed).
   bool can_keep = x.body_done && h.keep_alive;
 
+  // Go's net/http answers these before any handler runs; kubectl's filter never sees them.
+  if (h.target == "*") {
+    if (h.method == "OPTIONS") {
+      co_return co_await send_text(x.client, 200, kNoBody, !can_keep, x.status);
+    }
+    co_return co_await send_text(x.client, 400, kNoBody, true, x.status);
+  }
+  std::string_view target = h.target;
+  // The host the request names, as Go's r.Host: the authority of an absolute-form target
+  // (RFC 9112 3.2.2: the Host header is then ignored), else the Host header.
+  std::string_view host_value;
+  size_t hosts = 0;
+  for (const auto& [k, v] : h.headers) {
+    if (iequals(k, "Host")) {
+      if (hosts++ == 0) host_value = v;
+    }
+  }
+  if (starts_with_ci(target, "http://") || starts_with_ci(target, "https://")) {
+    size_t auth = target.find("://") + 3;
+    size_t end = target.find_first_of("/?", auth);
+    host_value = target.substr(auth, end == std::string_view::npos ? end : end - auth);
+    if (size_t at = host_value.rfind('@'); at != std::string_view::npos) {
+      host_value.remove_prefix(at + 1);
+    }
+    // Go's url.Parse refuses a port that is not a number.
+    std::string_view port =
+        RequestFilter::strip_port(host_value) == host_value
+            ? std::string_view()
+            : host_value.substr(RequestFilter::strip_port(host_value).size() + 1);
+    if (port.find_first_not_of("0123456789") != std::string_view::npos) {
+      co_return co_await send_text(x.client, 400, kGoBadRequest, true, x.status);
+    }
+    target = end == std::string_view::npos ? std::string_view("/") : target.substr(end);
+    if (!target.empty() && target.front() == '?') target = "/";  // "http://h?q": path "/"
+  }
+  if (hosts > 1) {
+    co_return co_await send_text(x.client, 400, kGoBadRequest, true, x.status);
+  }
+  if (hosts == 0 && h.version_minor >= 1) {
+    co_return co_await send_text(x.client, 400, kGoMissingHost, true, x.status);
+  }
+  if (!RequestFilter::valid_host(host_value)) {
+    co_return co_await send_text(x.client, 400, kGoMalformedHost, true, x.status);
+  }
+  size_t qmark = target.find('?');
+  std::string path(target.substr(0, qmark));
+  std::string query(qmark == std::string_view::npos ? std::string_view() : target.substr(qmark));
+  // Go refuses a request whose path is not rooted or holds a malformed escape ("%zz", "%6"):
+  // nothing after it could say what the path means.
+  if (path.empty() || path.front() != '/' || !RequestFilter::valid_escapes(path)) {
+    co_return co_await send_text(x.client, 400, kGoBadRequest, true, x.status);
+  }
+  // kubectl's ServeMux answers a path with empty, "." or ".." segments (as sent, before
+  // decoding) with a redirect to the cleaned path, for every method but CONNECT. The Location
+  // keeps the client's escapes (kubectl escapes their '%' again, which names another path).
+  if (h.method != "CONNECT" && !RequestFilter::is_clean(path)) {
+    std::string location = RequestFilter::clean_path(path) + (query.size() > 1 ? query : "");
+    co_return co_await redirect(x, location, can_keep);
+  }
+
   if (!options_.www.empty() && path.rfind(options_.www_prefix, 0) == 0) {
-    co_return co_await serve_static(x, path.substr(options_.www_prefix.size()));
+    std::string rel = RequestFilter::percent_decode(path.substr(options_.www_prefix.size()));
+    co_return co_await serve_static(x, rel);
   }
 
   std::string prefix = options_.api_prefix;
   if (prefix.back() != '/') prefix.push_back('/');
-  if (path.rfind(prefix, 0) != 0 && path + "/" != prefix) {
+  if (path + "/" == prefix && prefix != "/") {
+    // ServeMux: "/custom" -> "/custom/" when only "/custom/" is served.
+    std::string location = prefix + (query.size() > 1 ? query : "");
+    co_return co_await redirect(x, location, can_keep);
+  }
+  if (path.rfind(prefix, 0) != 0) {
     co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep,
                                  x.status);
   }
   if (prefix.rfind("/api", 0) != 0 && prefix != "/") {
-    path = "/" + (path.size() >= prefix.size() ? path.substr(prefix.size()) : "");
+    path = "/" + path.substr(prefix.size());
   }
 
   if (!options_.require_token.empty()) {
@@ -368,14 +434,18 @@ core::io::Awaitable<bool> Forwarder::handle(Exchange& x) {
   }
 
   if (!options_.disable_filter) {
-    const std::string* host = h.find("Host");
-    std::string_view host_only = host ? RequestFilter::strip_port(*host) : std::string_view();
+    std::string_view host_only = RequestFilter::strip_port(host_value);
     if (!filter_.accept(h.method, path, host_only)) {
       KONN_LOG(log_, debug, "{}: filter rejecting {} {} {}", x.peer, h.method, path, host_only);
       co_return co_await send_text(x.client, 403, std::string("Forbidden\n"), !can_keep, x.status);
     }
   }
 
+  // A '#' in the path is a character of the path to Go (the filter read it so), but the start of
+  // a fragment to many other HTTP parsers: send it escaped, as Go's client does.
+  for (size_t at = path.find('#'); at != std::string::npos; at = path.find('#', at + 3)) {
+    path.replace(at, 1, "%23");
+  }
   std::string upstream_target =
       (options_.append_server_path ? rest_.path : std::string()) + path + query;
   if (h.upgrade && h.method != "CONNECT" && h.find("Upgrade") != nullptr) {
@@ -714,11 +784,58 @@ core::io::Awaitable<bool> Forwarder::upgrade(Exchange& x, const std::string& tar
   co_return false;
 }
 
+core::io::Awaitable<bool> Forwarder::redirect(Exchange& x, const std::string& location,
+                                              bool can_keep) {
+  // As Go's http.Redirect writes it: an HTML body for GET only, a Content-Type for GET and HEAD.
+  const auto& h = x.req.head();
+  Headers hs{{"Location", location}};
+  std::string body;
+  if (h.method == "GET" || h.method == "HEAD") {
+    hs.emplace_back("Content-Type", "text/html; charset=utf-8");
+  }
+  if (h.method == "GET") {
+    std::string href;
+    for (char c : location) {
+      switch (c) {
+        case '&':
+          href += "&amp;";
+          break;
+        case '<':
+          href += "&lt;";
+          break;
+        case '>':
+          href += "&gt;";
+          break;
+        case '"':
+          href += "&#34;";
+          break;
+        case '\'':
+          href += "&#39;";
+          break;
+        default:
+          href.push_back(c);
+      }
+    }
+    body = "<a href=\"" + href + "\">Moved Permanently</a>.\n\n";
+  }
+  if (h.method != "HEAD") hs.emplace_back("Content-Length", std::to_string(body.size()));
+  if (!can_keep) hs.emplace_back("Connection", "close");
+  x.status = 301;
+  std::string resp = core::http::write_response_head(301, "", hs) + body;
+  auto [ec, n] = co_await x.client.write(asio::buffer(resp));
+  co_return !ec && can_keep;
+}
+
 core::io::Awaitable<bool> Forwarder::serve_static(Exchange& x, const std::string& rel) {
   const auto& h = x.req.head();
   bool can_keep = x.body_done && h.keep_alive;
   if (h.method != "GET" && h.method != "HEAD") {
     co_return co_await send_text(x.client, 405, std::string("Method Not Allowed\n"), !can_keep,
+                                 x.status);
+  }
+  // A decoded NUL would cut the name the file system sees: no such file.
+  if (rel.find('\0') != std::string::npos) {
+    co_return co_await send_text(x.client, 404, std::string("404 page not found\n"), !can_keep,
                                  x.status);
   }
   std::filesystem::path p = std::filesystem::path(options_.www) / rel;

@@ -68,7 +68,10 @@ class Forwarder {
   core::io::Awaitable<bool> handle(Exchange& x);
   core::io::Awaitable<bool> forward(Exchange& x, const std::string& target);
   core::io::Awaitable<bool> upgrade(Exchange& x, const std::string& target);
+  // `path`: decoded, relative to --www.
   core::io::Awaitable<bool> serve_static(Exchange& x, const std::string& path);
+  // 301 Moved Permanently to `location`, as Go's ServeMux answers an unclean path.
+  core::io::Awaitable<bool> redirect(Exchange& x, const std::string& location, bool can_keep);
 
   // Waits (without blocking the thread) for a running exec plugin when the credential needs one.
   // `caller_authorized`: the request carries its own Authorization, which is passed on: then no

@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <iostream>
 #include <sys/stat.h>
+#include <system_error>
 #include <variant>
 
+#include <asio/error.hpp>
 #include <asio/ssl.hpp>
 
 #include "core/admin/admin_server.h"
@@ -120,7 +122,8 @@ struct KubeproxyApp::Impl {
   }
 
   void start_health() {
-    if (options.health_port < 0) return;
+    const int port = options.effective_health_port();
+    if (port < 0) return;
     auto ok = [](const std::string&) { return core::admin::Response{200, "text/plain", "ok", {}}; };
     auto scrape = [this](const std::string&) {
       return core::admin::Response{
@@ -138,13 +141,23 @@ struct KubeproxyApp::Impl {
       }
       return core::admin::readiness(checks, query.find("verbose") != std::string::npos);
     };
-    health = std::make_unique<core::admin::AdminServer>("health", options.health_bind_address,
-                                                        static_cast<uint16_t>(options.health_port));
+    health = std::make_unique<core::admin::AdminServer>(
+        "health", options.effective_health_bind_address(), static_cast<uint16_t>(port));
     health->route("/healthz", ok);
     health->route("/livez", ok);
     health->route("/readyz", ready);
     health->route("/metrics", scrape);
-    health->start();
+    try {
+      health->start();
+    } catch (const std::system_error& e) {
+      // Only the default port may be skipped: a port the user asked for must be served.
+      if (options.health_port_set || e.code() != asio::error::address_in_use) throw;
+      log->warn(
+          "{}: health and metrics are off (the default port is taken; --health-port "
+          "chooses another, -1 none)",
+          e.what());
+      health.reset();
+    }
   }
 
   template <typename Acceptor>

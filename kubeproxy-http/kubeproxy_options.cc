@@ -119,9 +119,11 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
         "kubeproxy-http: trace, debug, info, warn, error, or a klog number.");
   f.add("health-port", &health_port,
         "kubeproxy-http: port of the /healthz, /readyz and /metrics listener (0: any free port, "
-        "-1: none).");
+        "-1: none). Proxy mode: none unless given. Connect mode: 8097 unless given; a taken "
+        "default port is logged and skipped.");
   f.add("health-bind-address", &health_bind_address,
-        "kubeproxy-http: bind address of the health listener (empty: every interface).");
+        "kubeproxy-http: bind address of the health listener (default: 127.0.0.1 in proxy mode, "
+        "every interface in connect mode).");
   konnectivity.register_flags(f);
 }
 
@@ -164,6 +166,16 @@ std::vector<std::string> KubeproxyOptions::validate(bool port_set) const {
   return errors;
 }
 
+int KubeproxyOptions::effective_health_port() const {
+  if (mode == "proxy" && !health_port_set) return -1;
+  return health_port;
+}
+
+std::string KubeproxyOptions::effective_health_bind_address() const {
+  if (!health_bind_address.empty() || mode != "proxy") return health_bind_address;
+  return "127.0.0.1";
+}
+
 void KubeproxyOptions::print(spdlog::logger& log) const {
   log.info("mode={} address={} port={} unix-socket={} api-prefix={} www={} www-prefix={}", mode,
            address, port, unix_socket, api_prefix, www, www_prefix);
@@ -177,8 +189,11 @@ void KubeproxyOptions::print(spdlog::logger& log) const {
       core::config::format_go_duration(exec_plugin_timeout), max_header_bytes,
       strip_client_credentials, access_log, workers, join(allowed_destinations),
       proxy_user.empty() ? "(none)" : "(set)");
-  log.info("health-port={} health-bind-address={} konnectivity: {}", health_port,
-           health_bind_address, konnectivity.describe());
+  int hp = effective_health_port();
+  std::string hb = effective_health_bind_address();
+  log.info("health-port={} health-bind-address={} konnectivity: {}",
+           hp < 0 ? std::string("(none)") : std::to_string(hp), hb.empty() ? "*" : hb,
+           konnectivity.describe());
 }
 
 }  // namespace konn::kubeproxy

@@ -52,9 +52,18 @@ struct KubeproxyOptions {
   bool access_log = false;
   int workers = 0;  // I/O threads; 0 = one per core
   std::string log_level = "info";
-  // Health and metrics listener (/healthz, /readyz, /metrics); 0: any free port, -1: none.
+  // Health and metrics listener (/healthz, /livez, /readyz, /metrics); 0: any free port, -1:
+  // none. Proxy mode (a `kubectl proxy` stand-in, often several per machine) opens it only when
+  // --health-port is given; connect mode (a Deployment) opens 8097 unless told otherwise, and
+  // carries on without it, with a warning, when that default port is taken. A port that was
+  // given must be bound.
   int health_port = 8097;
-  std::string health_bind_address;  // "" = every interface
+  bool health_port_set = false;     // --health-port was given (command line or file)
+  std::string health_bind_address;  // "": 127.0.0.1 in proxy mode, every interface in connect
+
+  // The health port start-up opens (-1: none) and its bind address ("" = every interface).
+  int effective_health_port() const;
+  std::string effective_health_bind_address() const;
   // connect mode: dial CONNECT destinations through a Konnectivity proxy-server.
   core::konnectivity::UpstreamOptions konnectivity;
 

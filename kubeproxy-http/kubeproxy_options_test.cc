@@ -71,3 +71,22 @@ TEST_CASE("exec plugin timeout: 30s by default, must be positive", "[options]") 
   REQUIRE(p.errors.size() == 1);
   CHECK(p.errors[0] == "--exec-plugin-timeout: must be positive");
 }
+
+TEST_CASE("health listener: off in proxy mode unless asked, on loopback when asked", "[options]") {
+  KubeproxyOptions o;
+  CHECK(o.effective_health_port() == -1);
+  o.health_port_set = true;
+  o.health_port = 0;
+  CHECK(o.effective_health_port() == 0);
+  CHECK(o.effective_health_bind_address() == "127.0.0.1");
+  o.health_bind_address = "::1";
+  CHECK(o.effective_health_bind_address() == "::1");
+
+  KubeproxyOptions c;
+  c.mode = "connect";
+  CHECK(c.effective_health_port() == 8097);
+  CHECK(c.effective_health_bind_address().empty());  // every interface: the kubelet probes it
+  c.health_port_set = true;
+  c.health_port = -1;
+  CHECK(c.effective_health_port() == -1);
+}

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   auto errors = parsed.errors;
+  options.health_port_set = flags.was_set("health-port");
   for (auto& e : options.validate(flags.was_set("port"))) errors.push_back(std::move(e));
   if (!konn::core::log::set_level(options.log_level)) {
     errors.push_back("--log-level: unknown level \"" + options.log_level + "\"");

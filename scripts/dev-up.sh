@@ -3,14 +3,19 @@
 #   installs missing Debian packages, builds the release binaries, generates development
 #   certificates, and starts on loopback:
 #     demo-origin     127.0.0.1:18080   a tiny HTTP server standing in for a node or webhook
-#     proxy-server    frontend unix:.run/konn.sock (grpc mode), agents on 127.0.0.1:8091 (mTLS)
-#     proxy-agent     connected to the server, dialing what it is asked to
+#     proxy-server    frontend unix:.run/konn.sock (grpc mode), agents on 127.0.0.1:8091 (mTLS);
+#                                       upstream's defaults for the rest: health *:8092,
+#                                       admin 127.0.0.1:8095
+#     proxy-agent     connected to the server, dialing what it is asked to; upstream's defaults:
+#                                       health *:8093, admin 127.0.0.1:8094
 #     socks5          127.0.0.1:1080    SOCKS5 (no auth on loopback); every CONNECT goes through
 #                                       the proxy-server's gRPC socket (--konnectivity-*), so it
-#                                       reaches what the agent reaches; health/metrics on :8096
+#                                       reaches what the agent reaches; health/metrics on
+#                                       127.0.0.1:8096 (asked for: by default *:8096)
 #     kubeproxy-http  127.0.0.1:8001    kubectl-proxy style, in front of your current kubeconfig
 #                                       context, or else of a local fake apiserver (TLS, token);
-#                                       health/metrics on :8097
+#                                       health/metrics on 127.0.0.1:8097 (asked for: in proxy
+#                                       mode it opens only --port unless --health-port is given)
 #   then prints what to try. Logs and pids go to .run/. Stop everything with: scripts/dev-up.sh stop
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,10 +88,11 @@ wait_for_log proxy-server "agent connected"
 # The gRPC frontend socket the proxy-server already serves (kube-apiserver's GRPC egress): socks5
 # opens one Proxy stream per CONNECT on one shared connection.
 start socks5 "$bin/socks5" --bind-address=127.0.0.1 --port=1080 \
+  --health-port=8096 --health-bind-address=127.0.0.1 \
   --konnectivity-address="unix:$run/konn.sock" --konnectivity-mode=grpc
 wait_for_log socks5 "health listening"
 
-kube_args=(--port=8001)
+kube_args=(--port=8001 --health-port=8097)
 if kubectl config current-context >/dev/null 2>&1; then
   kube_note="in front of your kubeconfig context $(kubectl config current-context)"
 else
@@ -129,6 +135,9 @@ konn is up (logs in .run/logs, stop with: scripts/dev-up.sh stop)
 
   socks5's counters (sessions, replies by code, bytes, dial failures by reason):
     curl -s http://127.0.0.1:8096/metrics | grep ^konn_socks5
+
+  kubeproxy-http's counters (requests, responses by code, bytes):
+    curl -s http://127.0.0.1:8097/metrics | grep ^konn_kubeproxy
 
   kubectl proxy, the konn way ($kube_note):
     curl http://127.0.0.1:8001/api/

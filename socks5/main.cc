@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   auto errors = parsed.errors;
+  options.health_port_set = parser.was_set("health-port");
   for (auto& e : options.validate()) errors.push_back(e);
   if (!konn::core::log::set_level(options.log_level))
     errors.push_back("--log-level: unknown level");

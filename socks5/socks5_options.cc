@@ -38,7 +38,8 @@ void Socks5Options::register_flags(core::config::FlagParser& p) {
   p.add("log-level", &log_level, "trace, debug, info, warn, error, off (or klog 0-10)");
   p.add("log-file", &log_file, "Write logs to this file instead of stderr");
   p.add("health-port", &health_port,
-        "Port of the /healthz, /readyz and /metrics listener (0: any free port, -1: none)");
+        "Port of the /healthz, /readyz and /metrics listener (0: any free port, -1: none); when "
+        "the default port is taken it is logged and skipped");
   p.add("health-bind-address", &health_bind_address,
         "Bind address of the health listener (empty: every interface)");
   konnectivity.register_flags(p);

@@ -37,8 +37,11 @@ struct Socks5Options {
   std::string log_level = "info";
   std::string log_file;
   // Health and metrics listener (/healthz, /readyz, /metrics), as the proxy-server's
-  // --health-port; 0 picks a free port (logged), -1 turns it off.
+  // --health-port; 0 picks a free port (logged), -1 turns it off. When the default port is taken
+  // (a second socks5 on the machine) start-up logs a warning and runs without it; a port that was
+  // given must be bound.
   int health_port = 8096;
+  bool health_port_set = false;     // --health-port was given (command line or file)
   std::string health_bind_address;  // "" = every interface (kubelet probes the pod IP)
   // --konnectivity-*: dial CONNECT destinations through a Konnectivity proxy-server.
   core::konnectivity::UpstreamOptions konnectivity;

@@ -22,7 +22,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string* host = head.find("Host");
     bool ok = filter.accept(head.method, head.target, host != nullptr ? *host : "");
     (void)ok;
-    (void)konn::kubeproxy::RequestFilter::strip_port(host != nullptr ? *host : "");
+    std::string_view h = konn::kubeproxy::RequestFilter::strip_port(host != nullptr ? *host : "");
+    KONN_FUZZ_CHECK(host == nullptr || h.size() <= host->size());
+    // The path readings the filter builds: cleaning is idempotent and agrees with is_clean, and
+    // decoding never grows a path.
+    using konn::kubeproxy::RequestFilter;
+    std::string path = head.target.substr(0, head.target.find('?'));
+    std::string clean = RequestFilter::clean_path(path);
+    KONN_FUZZ_CHECK(RequestFilter::is_clean(clean));
+    KONN_FUZZ_CHECK(RequestFilter::clean_path(clean) == clean);
+    KONN_FUZZ_CHECK(RequestFilter::is_clean(path) == (clean == path));
+    std::string decoded = RequestFilter::percent_decode(path);
+    KONN_FUZZ_CHECK(decoded.size() <= path.size());
+    KONN_FUZZ_CHECK(!RequestFilter::valid_escapes(path) || RequestFilter::has_escape(path) ==
+                                                               (decoded.size() < path.size()));
     (void)head.has_token("Connection", "upgrade");
   });
   return 0;

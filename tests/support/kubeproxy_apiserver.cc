@@ -11,6 +11,14 @@
 //                                             this connection, "" without one}
 //   any  path with "Upgrade: konn-echo"       101, then echoes bytes; on EOF writes "BYE\n" and
 //                                             closes (exercises half-close)
+//   any  /api/v1/namespaces/NS/pods/NAME/SUB  SUB exec, attach or portforward, routed as
+//                                             kube-apiserver routes (on the percent-decoded
+//                                             path, trailing slashes ignored): with
+//                                             "Upgrade: SPDY/3.1" or "websocket", 101 and then
+//                                             "reached SUB of NS/NAME as TARGET\n" and close;
+//                                             without, 400 "Upgrade request required"
+// Paths are routed percent-decoded, as kube-apiserver does. A 404 names the request target as
+// received (its `details.name`), so a test sees what a proxy forwarded.
 // Usage: kubeproxy-fake-apiserver --cert c --key k [--client-ca ca] [--token t] [--basic u:p]
 //        [--port 0] [--plain] ; prints "listening on 127.0.0.1:PORT".
 #include <atomic>
@@ -29,6 +37,7 @@
 #include "core/kube/kubeconfig.h"
 #include "core/tls/tls_context.h"
 #include "kubeproxy-http/byte_stream.h"
+#include "kubeproxy-http/request_filter.h"
 
 namespace {
 
@@ -110,7 +119,9 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok,
       complete = r.status == Http1Parser::Status::MessageComplete;
     }
     const auto& h = p.head();
-    std::string path = h.target.substr(0, h.target.find('?'));
+    // kube-apiserver routes on the decoded path (Go's URL.Path).
+    std::string path =
+        konn::kubeproxy::RequestFilter::percent_decode(h.target.substr(0, h.target.find('?')));
     std::string query =
         h.target.find('?') == std::string::npos ? "" : h.target.substr(h.target.find('?') + 1);
 
@@ -144,6 +155,36 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok,
       co_await send(s, "BYE\n");
       s.close();
       co_return;
+    }
+
+    // A pod subresource, split as kube-apiserver's RequestInfo splits the path.
+    std::vector<std::string> parts;
+    {
+      std::string_view rest = path;
+      while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+      while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+      while (!rest.empty()) {
+        size_t slash = rest.find('/');
+        parts.emplace_back(rest.substr(0, slash));
+        rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+      }
+    }
+    if (parts.size() == 7 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "namespaces" &&
+        parts[4] == "pods" &&
+        (parts[6] == "exec" || parts[6] == "attach" || parts[6] == "portforward")) {
+      const std::string* up = h.find("Upgrade");
+      if (up != nullptr && (konn::core::http::iequals(*up, "SPDY/3.1") ||
+                            konn::core::http::iequals(*up, "websocket"))) {
+        co_await send(s, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " +
+                             *up + "\r\n\r\nreached " + parts[6] + " of " + parts[3] + "/" +
+                             parts[5] + " as " + h.target + "\n");
+        s.close();
+        co_return;
+      }
+      nlohmann::json j = status_json(400, "BadRequest", "Upgrade request required");
+      j["details"] = {{"name", h.target}};
+      if (!co_await send_json(s, 400, j) || !h.keep_alive) co_return;
+      continue;
     }
 
     bool ok = true;
@@ -208,8 +249,10 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok,
       nlohmann::json j = {{"connections", g_connections.load()}};
       ok = co_await send_json(s, 200, j);
     } else {
-      ok = co_await send_json(
-          s, 404, status_json(404, "NotFound", "the server could not find the requested resource"));
+      nlohmann::json j =
+          status_json(404, "NotFound", "the server could not find the requested resource");
+      j["details"] = {{"name", h.target}};
+      ok = co_await send_json(s, 404, j);
     }
     if (!ok || !h.keep_alive) co_return;
   }

@@ -690,6 +690,19 @@ TEST_CASE("unix socket, api prefix and static files", "[kubeproxy][e2e]") {
   r = run({"curl", "-sS", "-i", "--unix-socket", sock, "http://localhost/static/../config"},
           f.dir.path);
   CHECK_THAT(r.out, !Catch::Contains("s3cret"));
+  // File names are decoded; an encoded "..", '/' or NUL reaches nothing outside --www.
+  std::ofstream(f.dir.path / "www" / "a b.txt") << "spaced\n";
+  r = run({"curl", "-sS", "-i", "--unix-socket", sock, "http://localhost/static/a%20b.txt"},
+          f.dir.path);
+  CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 200 OK") && Catch::EndsWith("spaced\n"));
+  for (const char* t : {"/static/%2E%2E/config", "/static/..%2Fconfig", "/static/%2e%2e%2fconfig",
+                        "/static/index.html%00.png"}) {
+    r = run({"curl", "-sS", "-i", "--path-as-is", "--unix-socket", sock,
+             std::string("http://localhost") + t},
+            f.dir.path);
+    INFO(t);
+    CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 404 Not Found") && !Catch::Contains("s3cret"));
+  }
 }
 
 // reliability: kubeproxy-http | request without the --require-token token | `HTTP/1.1 401
