@@ -123,6 +123,9 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
   f.add("health-bind-address", &health_bind_address,
         "kubeproxy-http: bind address of the health listener (empty: every interface).");
   konnectivity.register_flags(f);
+  f.add("half-close-timeout", &half_close_timeout,
+        "kubeproxy-http, connect mode: close a tunnel whose one side finished sending "
+        "(half-close) once nothing moved for this long (0 = never).");
 }
 
 std::vector<std::string> KubeproxyOptions::validate(bool port_set) const {
