@@ -12,8 +12,9 @@ int64_t now_ticks() { return QuietTimer::Clock::now().time_since_epoch().count()
 
 // Shared with the pending wait and the posted calls, so either may outlive the QuietTimer.
 struct QuietTimer::State {
-  State(asio::any_io_executor ex, std::function<void()> f)
-      : timer(std::move(ex)), on_quiet(std::move(f)) {}
+  State(const asio::any_io_executor& ex, std::function<void()> f)
+      : executor(ex), timer(ex), on_quiet(std::move(f)) {}
+  const asio::any_io_executor executor;  // read from any thread (never the timer's own state)
   asio::steady_timer timer;
   std::function<void()> on_quiet;          // executor only
   std::atomic<int64_t> last{now_ticks()};  // Clock ticks of the last touch
@@ -37,7 +38,7 @@ void QuietTimer::touch() { state_->last.store(now_ticks(), std::memory_order_rel
 
 void QuietTimer::set_limit(Clock::duration limit) {
   touch();
-  asio::post(state_->timer.get_executor(), [s = state_, limit] {
+  asio::post(state_->executor, [s = state_, limit] {
     if (s->stopped.load() || s->fired) return;
     s->limit = limit;
     if (limit.count() <= 0) {
@@ -52,7 +53,7 @@ void QuietTimer::set_limit(Clock::duration limit) {
 
 void QuietTimer::stop() {
   if (state_->stopped.exchange(true)) return;
-  asio::post(state_->timer.get_executor(), [s = state_] {
+  asio::post(state_->executor, [s = state_] {
     ++s->generation;
     s->waiting = false;
     s->on_quiet = nullptr;  // releases what it holds on the executor, not on the caller's thread
