@@ -19,6 +19,7 @@
 #include <asio/ssl.hpp>
 #include <catch2/catch.hpp>
 
+#include "core/konnectivity/grpc_tunnel.h"
 #include "tests/integration/ha/ha_fleet.h"
 #include "tests/integration/tunnel/e2e_macros.h"
 #include "tests/support/temp_dir.h"
@@ -451,4 +452,70 @@ TEST_CASE("http-connect with --tunnel-idle-timeout: a tunnel without traffic is 
   CHECK(st.server.metric(kServer + "tunnel_timeouts_total", {{"reason", "idle"}}) == 1);
   busy.close();
   CHECK(wait_idle(st, 2s));
+}
+
+TEST_CASE("grpc frontend: a tunnel its client half-closed ends at --half-close-timeout when the "
+          "destination ignores the FIN",
+          "[e2e][half-close]") {
+  KONN_REQUIRE_DAEMONS();
+  konn::testsupport::TempDir dir{"konn-hc21-grpc"};
+  const auto& certs = konn::testsupport::test_certs();
+  FleetServer s(certs, "hc-grpc", {"--half-close-timeout=1s"});
+  s.start();
+  FleetAgent a(dir, certs, "agent-1", s.agent_port(), {});
+  REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
+  Destination dest;
+  auto stub = ProxyService::NewStub(s.channel());
+  asio::io_context io;
+  struct Outcome {
+    bool dialled = false;
+    bool half_close = false;
+    std::string answer;
+    bool ended = false;
+    std::chrono::steady_clock::time_point half_closed_at, ended_at;
+  } out;
+  asio::co_spawn(
+      io,
+      [&]() -> konn::core::io::Awaitable<void> {
+        using konn::core::io::use_nothrow;
+        auto d = co_await konn::core::konnectivity::GrpcTunnel::dial(*stub, dest.address(), 10000ms,
+                                                                     nullptr);
+        if (!d.tunnel) co_return;
+        out.dialled = true;
+        auto& t = *d.tunnel;
+        out.half_close = t.half_close();
+        co_await asio::async_write(t, asio::buffer(std::string("GET")), use_nothrow);
+        std::string answer(7, '\0');
+        co_await asio::async_read(t, asio::buffer(answer), use_nothrow);
+        out.answer = answer;
+        std::error_code ec;
+        t.shutdown(asio::socket_base::shutdown_send, ec);  // KONN_CLOSE_WRITE; FIN ignored
+        out.half_closed_at = std::chrono::steady_clock::now();
+        char buf[256];
+        for (;;) {
+          auto [rec, n] = co_await t.async_read_some(asio::buffer(buf), use_nothrow);
+          if (rec) break;
+        }
+        out.ended = true;
+        out.ended_at = std::chrono::steady_clock::now();
+      },
+      asio::detached);
+  io.run_for(15s);
+  REQUIRE(out.dialled);
+  CHECK(out.half_close);
+  CHECK(out.answer == "answer\n");
+  REQUIRE(out.ended);
+  auto took = out.ended_at - out.half_closed_at;
+  CHECK(took >= 900ms);
+  CHECK(took < 2500ms);
+  CHECK(s.metric(kServer + "tunnel_timeouts_total", {{"reason", "half_close"}}) == 1);
+  CHECK(eventually(
+      [&] {
+        return s.metric(kServer + "grpc_connections", {{"service_method", "Proxy"}}) == 0 &&
+               s.metric(kServer + "established_connections") == 0 &&
+               s.metric(kServer + "half_closed_tunnels") == 0 &&
+               a.metric(kAgent + "open_endpoint_connections") == 0 &&
+               a.metric("konn_agent_half_closed_connections") == 0;
+      },
+      2s));
 }
