@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "core/config/duration.h"
 #include "core/http/http1_parser.h"
 #include "core/http/http1_writer.h"
 #include "core/kube/kubeconfig.h"
@@ -163,7 +164,13 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
   }
   if (options_.access_log) log_->info("{} \"CONNECT {}\" 200 established", peer, destination);
   auto start = std::chrono::steady_clock::now();
-  auto stats = co_await relay_streams(client, *upstream);
+  auto stats = co_await relay_streams(client, *upstream, 64 * 1024, options_.half_close_timeout);
+  if (stats.half_close_timed_out) {
+    KONN_LOG(log_, info,
+             "{}: CONNECT {} closed: one side had finished and nothing moved for {} "
+             "(--half-close-timeout)",
+             peer, destination, core::config::format_go_duration(options_.half_close_timeout));
+  }
   if (metrics_ != nullptr) {
     metrics_->bytes(stats.downstream_to_upstream + rest.size(),
                     stats.upstream_to_downstream + early.size());

@@ -23,8 +23,9 @@ namespace konn::kubeproxy {
 //  - dial refused / failed                          -> 502, dial timeout -> 504
 //  - through Konnectivity: no agent                 -> 503 (proxy-server's 502/503/504 kept)
 //  - dialled                                        -> "HTTP/1.1 200 Connection established"
-// and then bytes are relayed both ways with half-close until both sides closed. With
-// `konnectivity` set, destinations are dialled through that proxy-server (names unresolved).
+// and then bytes are relayed both ways with half-close until both sides closed, or until nothing
+// moved for --half-close-timeout once one side had finished. With `konnectivity` set,
+// destinations are dialled through that proxy-server (names unresolved).
 class ConnectProxy {
  public:
   // `konnectivity` and `metrics` may be null; both outlive the proxy.

@@ -125,6 +125,9 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
         "kubeproxy-http: bind address of the health listener (default: 127.0.0.1 in proxy mode, "
         "every interface in connect mode).");
   konnectivity.register_flags(f);
+  f.add("half-close-timeout", &half_close_timeout,
+        "kubeproxy-http, connect mode: close a tunnel whose one side finished sending "
+        "(half-close) once nothing moved for this long (0 = never).");
 }
 
 std::vector<std::string> KubeproxyOptions::validate(bool port_set) const {

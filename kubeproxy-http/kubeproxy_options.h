@@ -66,6 +66,9 @@ struct KubeproxyOptions {
   std::string effective_health_bind_address() const;
   // connect mode: dial CONNECT destinations through a Konnectivity proxy-server.
   core::konnectivity::UpstreamOptions konnectivity;
+  // connect mode: a tunnel with one side finished sending (a half-close passed on) is closed once
+  // nothing moved for this long (0: never).
+  core::config::Duration half_close_timeout = std::chrono::seconds(30);
 
   void register_flags(core::config::FlagParser& flags);
   // Every problem at once, each naming its flag. `port_set` tells whether --port was given.

@@ -5,12 +5,39 @@
 #include <vector>
 
 #include "core/http/http1_parser.h"
+#include "kubeproxy-http/watchdog.h"
 
 namespace konn::kubeproxy {
 namespace {
 
+// The half-close bound of one relay: armed when the first direction ends, re-armed whenever the
+// other moves bytes; on expiry both streams are closed (the remaining direction's wait fails).
+struct HalfCloseBound {
+  HalfCloseBound(ByteStream& a, ByteStream& b, std::chrono::nanoseconds half_close_timeout)
+      : watchdog(a.get_executor(),
+                 [this, &a, &b] {
+                   timed_out = true;
+                   a.close();
+                   b.close();
+                 }),
+        limit(std::chrono::duration_cast<Watchdog::Clock::duration>(half_close_timeout)) {}
+  Watchdog watchdog;
+  Watchdog::Clock::duration limit;  // zero: no bound
+  bool one_side_finished = false;
+  bool timed_out = false;
+  void moved() {
+    if (one_side_finished && limit.count() > 0) watchdog.arm(limit);
+  }
+  void side_finished() {
+    if (one_side_finished) return;
+    one_side_finished = true;
+    moved();
+  }
+};
+
 core::io::Awaitable<void> pump(ByteStream& from, ByteStream& to, size_t buffer_size,
-                               uint64_t& bytes, std::error_code& error, bool& failed) {
+                               uint64_t& bytes, std::error_code& error, bool& failed,
+                               HalfCloseBound& bound) {
   // The buffer is taken once `from` is readable and given back when a read drained it, so an
   // idle relay holds none (streams that cannot wait without reading hold it while they wait).
   const bool lazy = from.can_wait_readable();
@@ -24,8 +51,10 @@ core::io::Awaitable<void> pump(ByteStream& from, ByteStream& to, size_t buffer_s
       std::tie(rec, n) = co_await from.read_some(asio::buffer(buf.get(), buffer_size));
     }
     if (n > 0) {
+      bound.moved();
       auto [wec, w] = co_await to.write(asio::buffer(buf.get(), n));
       bytes += w;
+      bound.moved();
       if (wec) {
         if (!error) error = wec;
         break;
@@ -47,20 +76,24 @@ core::io::Awaitable<void> pump(ByteStream& from, ByteStream& to, size_t buffer_s
     to.close();
   } else {
     to.shutdown_send();
+    bound.side_finished();
   }
 }
 
 }  // namespace
 
 core::io::Awaitable<StreamRelayStats> relay_streams(ByteStream& downstream, ByteStream& upstream,
-                                                    size_t buffer_size) {
+                                                    size_t buffer_size,
+                                                    std::chrono::nanoseconds half_close_timeout) {
   using namespace asio::experimental::awaitable_operators;
   StreamRelayStats stats;
   bool failed = false;
+  HalfCloseBound bound(downstream, upstream, half_close_timeout);
   co_await (pump(downstream, upstream, buffer_size, stats.downstream_to_upstream, stats.error,
-                 failed) &&
+                 failed, bound) &&
             pump(upstream, downstream, buffer_size, stats.upstream_to_downstream, stats.error,
-                 failed));
+                 failed, bound));
+  stats.half_close_timed_out = bound.timed_out;
   co_return stats;
 }
 

@@ -104,6 +104,13 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
   own("endpoint_queue_overflow_total",
       "Endpoint connections closed alone because their write queue passed its cap", {},
       s.queue_overflow_closes);
+  own("half_close_timeouts_total",
+      "Endpoint connections closed because one side had finished sending and nothing moved for "
+      "--half-close-timeout",
+      {}, s.half_close_timeouts);
+  gauge("konn_agent_half_closed_connections",
+        "Open endpoint connections with one side finished sending (half-close)",
+        s.half_closed_endpoint_connections);
   own("read_pauses_total", "Times an endpoint socket stopped being read (queue or credit)", {},
       s.read_pauses);
   own("window_updates_sent_total", "KONN_WINDOW_UPDATE packets sent", {}, s.window_updates_sent);

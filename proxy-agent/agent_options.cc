@@ -156,6 +156,9 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
         "does. Default: everything but the metadata addresses; * allows everything");
   p.add("max-endpoint-connections", &max_endpoint_connections,
         "Endpoint connections (dialling or open) at once; more dials are refused (0: no limit)");
+  p.add("half-close-timeout", &half_close_timeout,
+        "Close an endpoint connection whose one side finished sending (half-close) once nothing "
+        "moved for this long");
   p.add("warn-on-channel-limit", &warn_on_channel_limit, "Accepted for compatibility");
   p.add("count-server-leases", &count_server_leases,
         "Count the proxy-servers' valid Leases to know how many servers to connect to");
@@ -214,6 +217,9 @@ std::vector<std::string> AgentOptions::validate() const {
   if (keepalive_time.count() <= 0) errors.push_back("--keepalive-time: must be positive");
   if (xfr_channel_size <= 0) errors.push_back("--xfr-channel-size: must be greater than 0");
   if (dial_timeout.count() <= 0) errors.push_back("--dial-timeout: must be positive");
+  if (half_close_timeout.count() <= 0) {
+    errors.push_back("--half-close-timeout: must be positive");
+  }
   std::string policy_error;
   if (!core::net::DestinationPolicy::parse(allowed_destinations, &policy_error)) {
     errors.push_back("--allowed-destinations: " + policy_error);
@@ -256,8 +262,10 @@ void AgentOptions::print(spdlog::logger& log) const {
       format_go_duration(sync_interval), format_go_duration(sync_interval_cap),
       format_go_duration(probe_interval), sync_forever, format_go_duration(keepalive_time),
       format_go_duration(dial_timeout));
-  log.info("dials allowed to {}; at most {} endpoint connections (0: no limit)",
-           fmt::join(allowed_destinations, ","), max_endpoint_connections);
+  log.info(
+      "dials allowed to {}; at most {} endpoint connections (0: no limit); half-close-timeout={}",
+      fmt::join(allowed_destinations, ","), max_endpoint_connections,
+      format_go_duration(half_close_timeout));
   if (!alpn_protos.empty()) {
     log.warn("--alpn-proto {} ignored: gRPC C++ 1.51 offers only the h2 ALPN id",
              fmt::join(alpn_protos, ","));

@@ -48,6 +48,9 @@ struct AgentOptions {
   // konn: endpoint connections (dialling or open) at once, over all server streams; further
   // dials are refused with a DIAL_RSP error (0: no limit).
   int max_endpoint_connections = 20000;
+  // konn: an endpoint connection with one side finished sending (a half-close, on tunnels dialled
+  // with konnHalfClose) is closed once nothing moved for this long.
+  Duration half_close_timeout = std::chrono::seconds(30);
 
   // Health (/healthz /readyz /metrics) and admin (/metrics) listeners.
   std::string health_server_host;

@@ -178,3 +178,13 @@ TEST_CASE("allowed destinations: metadata denied by default, rules checked at st
   CHECK(mentions(parse({"--max-endpoint-connections=-1"}).errors, "--max-endpoint-connections"));
   CHECK(parse({"--max-endpoint-connections=0"}).errors.empty());  // no limit
 }
+
+TEST_CASE("the agent's half-close timeout defaults to 30s and must be positive",
+          "[agent][options]") {
+  auto d = parse({});
+  CHECK(d.options.half_close_timeout == std::chrono::seconds(30));
+  auto s = parse({"--half-close-timeout=2s"});
+  CHECK(s.errors.empty());
+  CHECK(s.options.half_close_timeout == std::chrono::seconds(2));
+  CHECK(mentions(parse({"--half-close-timeout=0s"}).errors, "--half-close-timeout"));
+}

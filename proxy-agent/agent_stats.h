@@ -31,6 +31,9 @@ struct AgentStats {
   std::atomic<uint64_t> read_pauses{0};  // an endpoint socket stopped being read
   std::atomic<uint64_t> read_resumes{0};
   std::atomic<uint64_t> queue_overflow_closes{0};  // a connection over its write cap, closed alone
+  // Open endpoint connections with one side finished sending (half-close), until they close.
+  std::atomic<int64_t> half_closed_endpoint_connections{0};
+  std::atomic<uint64_t> half_close_timeouts{0};  // closed by --half-close-timeout
   std::atomic<uint64_t> window_updates_sent{0};
   std::atomic<uint64_t> unknown_connect_ids{0};  // DATA/CLOSE_REQ for a connection we lack
   std::atomic<uint64_t> bytes_to_endpoints{0};

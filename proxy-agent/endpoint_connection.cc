@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/config/duration.h"
 #include "core/error/errc.h"
 #include "core/log/log_macros.h"
 #include "core/net/dialer.h"
@@ -69,9 +70,25 @@ EndpointConnection::EndpointConnection(asio::io_context& ctx,
 
 EndpointConnection::~EndpointConnection() {
   if (stats_) stats_->endpoint_slots.fetch_sub(1, std::memory_order_relaxed);
+  if (stats_ && half_counted_) {
+    stats_->half_closed_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 
 void EndpointConnection::start(std::string address) {
+  if (settings_.half_close) {
+    std::weak_ptr<EndpointConnection> weak = weak_from_this();
+    quiet_ = std::make_unique<tunnel::QuietTimer>(ctx_.get_executor(), [weak] {
+      auto self = weak.lock();
+      if (!self || self->state_ != State::Established) return;
+      self->stats_->half_close_timeouts.fetch_add(1, std::memory_order_relaxed);
+      std::string reason = "half-closed connection quiet for " +
+                           core::config::format_go_duration(self->settings_.half_close_timeout) +
+                           " (--half-close-timeout)";
+      KONN_CONN_LOG((&logger()), info, *self, "closing: {}", reason);
+      self->close(reason, CloseFlags::SendCloseResponse, reason);
+    });
+  }
   asio::co_spawn(ctx_, dial(std::move(address)), asio::detached);
 }
 
@@ -128,6 +145,7 @@ void EndpointConnection::close_write() {
     }
     self->server_eof_ = true;
     self->write_role_.close();  // no DATA comes after it; the socket's write side will shut
+    self->one_side_finished();
     if (self->endpoint_eof_) {
       self->close("both sides finished sending", CloseFlags::SendCloseResponse | CloseFlags::Flush);
       return;
@@ -142,6 +160,7 @@ void EndpointConnection::endpoint_eof() {
     return;
   }
   endpoint_eof_ = true;
+  one_side_finished();
   KONN_CONN_LOG((&logger()), debug, *this, "endpoint finished sending: half-close to the server");
   if (!stream_->send(tunnel::make_close_write(connect_id_))) {
     close("server stream closing", CloseFlags::None);
@@ -155,6 +174,13 @@ void EndpointConnection::maybe_shutdown_write() {
   std::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_send, ignored);
   KONN_CONN_LOG((&logger()), debug, *this, "server finished sending: endpoint write side shut");
+}
+
+void EndpointConnection::one_side_finished() {
+  if (half_counted_ || state_ != State::Established) return;
+  half_counted_ = true;
+  stats_->half_closed_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
+  if (quiet_) quiet_->set_limit(settings_.half_close_timeout);
 }
 
 void EndpointConnection::add_credit(int64_t bytes) {
@@ -289,6 +315,7 @@ core::io::Awaitable<void> EndpointConnection::read_loop() {
       buf.resize(n);
     }
     bytes_up_ += n;
+    if (quiet_) quiet_->touch();
     int64_t in_stream = in_stream_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
     if (settings_.flow_control) credit_ -= static_cast<int64_t>(n);
     stats_->bytes_from_endpoints.fetch_add(n, std::memory_order_relaxed);
@@ -314,6 +341,7 @@ void EndpointConnection::resume_if_drained() {
 }
 
 void EndpointConnection::written_to_socket(size_t n, bool return_credit) {
+  if (quiet_) quiet_->touch();
   bytes_down_.fetch_add(n, std::memory_order_relaxed);
   stats_->bytes_to_endpoints.fetch_add(n, std::memory_order_relaxed);
   if (!settings_.flow_control || !return_credit) return;
@@ -407,6 +435,11 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
   close_reason_ = reason;
   set_state(State::Closing);
   stats_->open_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
+  if (quiet_) quiet_->stop();
+  if (half_counted_) {
+    half_counted_ = false;
+    stats_->half_closed_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
+  }
   // Stop reading: the read loop checks the state when its wait ends (at the latest when
   // finish_close() closes the socket). The socket is not cancelled: that would abort the flush.
   gate_timer_.cancel();
@@ -433,6 +466,11 @@ void EndpointConnection::finish_close() {
   if (state_ == State::Closed) return;
   set_state(State::Closed);
   write_role_.close();  // before the descriptor can be closed and reused
+  if (quiet_) quiet_->stop();
+  if (half_counted_) {
+    half_counted_ = false;
+    stats_->half_closed_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
+  }
   std::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);

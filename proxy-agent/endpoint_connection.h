@@ -19,6 +19,7 @@
 #include "core/relay/write_role.h"
 #include "core/tunnel/credit.h"
 #include "core/tunnel/packet_stream.h"
+#include "core/tunnel/quiet_timer.h"
 #include "proxy-agent/agent_stats.h"
 
 namespace konn::agent {
@@ -45,6 +46,9 @@ struct EndpointSettings {
   size_t write_queue_cap = 16 * 1024 * 1024;
   // How long queued bytes may take to reach the socket once the connection is closing.
   std::chrono::milliseconds close_flush_timeout{5000};
+  // Half-close: once one side finished sending, the connection is closed (CLOSE_RSP) when
+  // nothing moved for this long (--half-close-timeout).
+  std::chrono::nanoseconds half_close_timeout = std::chrono::seconds(30);
 };
 
 // One TCP connection the agent dialled for the server (an ANP "endpoint connection"), and the
@@ -136,6 +140,9 @@ class EndpointConnection : public core::tunnel::WriteListener,
   // side is shut down once the queue is empty). Both: the connection closes with CLOSE_RSP.
   void endpoint_eof();
   void maybe_shutdown_write();
+  // The first side to finish starts --half-close-timeout and counts the connection in
+  // half_closed_endpoint_connections until it closes.
+  void one_side_finished();
 
   // The socket's descriptor state on ctx_ (WorkerPool::place). First, so it is returned last.
   core::io::DescriptorReserve::Lease lease_;
@@ -165,6 +172,10 @@ class EndpointConnection : public core::tunnel::WriteListener,
   bool endpoint_eof_ = false;  // half-close: the endpoint sent EOF, KONN_CLOSE_WRITE sent
   bool server_eof_ = false;    // half-close: the server sent KONN_CLOSE_WRITE
   bool write_shut_ = false;    // half-close: our write side of the socket is shut down
+  bool half_counted_ = false;  // counted in half_closed_endpoint_connections
+  // Half-close bound: only on connections dialled with half-close; touched (any thread) whenever
+  // bytes move. Set in start(), before any DATA can arrive, then never changed.
+  std::unique_ptr<core::tunnel::QuietTimer> quiet_;
   std::string close_reason_;
   uint64_t bytes_up_ = 0;  // endpoint -> server
   std::chrono::steady_clock::time_point started_;

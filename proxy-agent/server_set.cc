@@ -218,6 +218,7 @@ std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config) 
   config->endpoint.dial_timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.dial_timeout);
   config->endpoint.destinations = destinations_;
+  config->endpoint.half_close_timeout = options_.half_close_timeout;
   config->max_endpoint_connections = options_.max_endpoint_connections;
 
   // Read at every connect, so a rotated token is picked up.

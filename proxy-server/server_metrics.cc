@@ -72,10 +72,18 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
       agents_rejected_total(build(prometheus::BuildCounter(), r, "agents_rejected_total",
                                   "konn: agent streams refused at admission, by reason (metadata, "
                                   "token, identifiers)")),
+      half_closed_tunnels(build(prometheus::BuildGauge(), r, "half_closed_tunnels",
+                                "konn: established tunnels with one side finished sending "
+                                "(half-close), until the tunnel closes")),
+      tunnel_timeouts_total(build(prometheus::BuildCounter(), r, "tunnel_timeouts_total",
+                                  "konn: tunnels closed for lack of traffic, by reason "
+                                  "(half_close: --half-close-timeout, idle: "
+                                  "--tunnel-idle-timeout)")),
       grpc_proxy(grpc_connections.Add({{"service_method", "Proxy"}})),
       grpc_connect(grpc_connections.Add({{"service_method", "Connect"}})),
       pending(pending_backend_dials.Add({})),
       established(established_connections.Add({})),
+      half_closed(half_closed_tunnels.Add({})),
       dial_duration(dial_duration_seconds.Add(
           {}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 0.005, 0.025, 0.1, 0.5, 2.5,
                                                       12.5})),
@@ -110,6 +118,7 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
                             "connect_header_size", "connect_header_timeout"}) {
     limits_hit_total.Add({{"limit", limit}});
   }
+  for (const char* reason : {"half_close", "idle"}) tunnel_timeouts_total.Add({{"reason", reason}});
   for (const char* reason : {"metadata", "token", "identifiers"}) {
     agents_rejected_total.Add({{"reason", reason}});
   }

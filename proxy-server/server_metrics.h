@@ -38,11 +38,14 @@ struct ServerMetrics {
   prometheus::Family<prometheus::Counter>& bytes_total;            // direction
   prometheus::Family<prometheus::Counter>& limits_hit_total;       // limit
   prometheus::Family<prometheus::Counter>& agents_rejected_total;  // reason
+  prometheus::Family<prometheus::Gauge>& half_closed_tunnels;
+  prometheus::Family<prometheus::Counter>& tunnel_timeouts_total;  // reason
 
   prometheus::Gauge& grpc_proxy;
   prometheus::Gauge& grpc_connect;
   prometheus::Gauge& pending;
   prometheus::Gauge& established;
+  prometheus::Gauge& half_closed;  // established tunnels with one side finished sending
   prometheus::Histogram& dial_duration;
   prometheus::Histogram& connection_duration;
   prometheus::Counter& bytes_to_agent;
@@ -67,6 +70,11 @@ struct ServerMetrics {
   void call_errors(Segment read, Segment write, bool cancelled, int failed_write_type);
   // limits_hit_total{limit} (konn): a limit refused a stream, connection or dial.
   void limit_hit(const std::string& limit) { limits_hit_total.Add({{"limit", limit}}).Increment(); }
+  // tunnel_timeouts_total{reason} (konn): a tunnel closed by --half-close-timeout
+  // ("half_close") or --tunnel-idle-timeout ("idle").
+  void tunnel_timeout(const std::string& reason) {
+    tunnel_timeouts_total.Add({{"reason", reason}}).Increment();
+  }
   // agents_rejected_total{reason} (konn): an agent stream refused at admission.
   void agent_rejected(const std::string& reason) {
     agents_rejected_total.Add({{"reason", reason}}).Increment();

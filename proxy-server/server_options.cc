@@ -69,6 +69,14 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
         "tunnels stay up (0: never)");
   p.add("http-connect-header-timeout", &http_connect_header_timeout,
         "How long an HTTP CONNECT client may take to send its request head");
+  p.add("http-connect-half-close", &http_connect_half_close,
+        "Pass a CONNECT client's EOF to the destination as a half-close (with konn agents) "
+        "instead of closing the tunnel; such a tunnel then ends when the destination closes, "
+        "a write to the client fails, or after --half-close-timeout without traffic");
+  p.add("half-close-timeout", &half_close_timeout,
+        "Close a tunnel whose one side finished sending once nothing moved for this long");
+  p.add("tunnel-idle-timeout", &tunnel_idle_timeout,
+        "Close an established tunnel once nothing moved for this long (0: never)");
   p.add("max-frontend-streams", &max_frontend_streams,
         "Frontend tunnels open at once (gRPC Proxy streams and CONNECT connections); more are "
         "refused with RESOURCE_EXHAUSTED or HTTP 503 (0: no limit)");
@@ -186,6 +194,10 @@ std::vector<std::string> ServerOptions::validate() const {
   if (http_connect_header_timeout.count() <= 0) {
     errors.push_back("--http-connect-header-timeout: must be positive");
   }
+  if (half_close_timeout.count() <= 0) errors.push_back("--half-close-timeout: must be positive");
+  if (tunnel_idle_timeout.count() < 0) {
+    errors.push_back("--tunnel-idle-timeout: must be 0 (never) or positive");
+  }
   for (auto [flag, value] :
        {std::pair{"--max-frontend-streams", max_frontend_streams},
         std::pair{"--max-pending-dials", max_pending_dials},
@@ -219,14 +231,17 @@ void ServerOptions::print(spdlog::logger& log) const {
   log.info(
       "proxy-server {}: mode={} frontend={} agent-port={}:{} mTLS-agents={} server-id={} "
       "server-count={} strategies={} xfr-channel-size={} backend-dial-timeout={} "
-      "graceful-shutdown-timeout={} leases={}",
+      "graceful-shutdown-timeout={} leases={} http-connect-half-close={} half-close-timeout={} "
+      "tunnel-idle-timeout={}",
       "starting", mode,
       uds_name.empty() ? server_bind_address + ":" + std::to_string(server_port)
                        : "unix:" + uds_name,
       agent_bind_address, agent_port, !cluster_ca_cert.empty(), server_id, server_count,
       fmt::join(proxy_strategies, ","), xfr_channel_size, format_go_duration(backend_dial_timeout),
       format_go_duration(graceful_shutdown_timeout),
-      enable_lease_controller ? lease_namespace + "/" + lease_label : std::string("off"));
+      enable_lease_controller ? lease_namespace + "/" + lease_label : std::string("off"),
+      http_connect_half_close, format_go_duration(half_close_timeout),
+      format_go_duration(tunnel_idle_timeout));
   log.info(
       "limits: frontend-streams={} pending-dials={} pending-dials-per-agent={} "
       "tunnels-per-agent={} connect-header-bytes={} tls-handshake-timeout={} "

@@ -74,6 +74,16 @@ struct ServerOptions {
   Duration cert_reload_interval = std::chrono::seconds(60);
   // konn: a CONNECT client must send its whole request head within this (slowloris bound).
   Duration http_connect_header_timeout = std::chrono::seconds(60);
+  // konn: a CONNECT client's EOF is passed to the destination as a half-close (our agent only)
+  // instead of closing the tunnel as upstream does. Off by default: kube-apiserver ends every
+  // tunnel with a plain close(), and a destination that ignores the FIN would keep it open.
+  bool http_connect_half_close = false;
+  // konn: a tunnel with one side finished sending (half-close, either frontend) is closed once
+  // nothing moved for this long.
+  Duration half_close_timeout = std::chrono::seconds(30);
+  // konn: an established tunnel (either frontend) is closed once nothing moved for this long
+  // (0: never, as upstream).
+  Duration tunnel_idle_timeout{0};
 
   // Limits (konn; upstream has none). 0 lifts a limit. Hitting one refuses the stream,
   // connection or dial with a clear answer, counts limits_hit_total{limit} and logs; nothing

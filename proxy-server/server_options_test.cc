@@ -163,3 +163,30 @@ TEST_CASE("identifier verification needs client certificates", "[server]") {
                              "--cluster-key=k", "--verify-agent-identifiers=token"}),
                  "must be none or cert"));
 }
+
+TEST_CASE("tunnel bounds: CONNECT half-close off, half-close timeout 30s, idle timeout off",
+          "[server]") {
+  const std::vector<std::string> base{"--uds-name=/tmp/x.sock", "--server-port=0",
+                                      "--cluster-cert=c", "--cluster-key=k"};
+  ServerOptions d;
+  CHECK(parse(d, base).empty());
+  CHECK_FALSE(d.http_connect_half_close);
+  CHECK(d.half_close_timeout == std::chrono::seconds(30));
+  CHECK(d.tunnel_idle_timeout.count() == 0);
+  auto with = [&](std::vector<std::string> extra, ServerOptions& o) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return parse(o, args);
+  };
+  ServerOptions on;
+  CHECK(with({"--http-connect-half-close", "--half-close-timeout=1s", "--tunnel-idle-timeout=5m"},
+             on)
+            .empty());
+  CHECK(on.http_connect_half_close);
+  CHECK(on.half_close_timeout == std::chrono::seconds(1));
+  CHECK(on.tunnel_idle_timeout == std::chrono::minutes(5));
+  ServerOptions bad;
+  auto errors = with({"--half-close-timeout=0s", "--tunnel-idle-timeout=-1s"}, bad);
+  CHECK(mentions(errors, "--half-close-timeout"));
+  CHECK(mentions(errors, "--tunnel-idle-timeout"));
+}

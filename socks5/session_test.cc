@@ -1,6 +1,8 @@
 #include "socks5/session.h"
 
 #include <arpa/inet.h>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <crypt.h>
 #include <filesystem>
@@ -651,4 +653,67 @@ TEST_CASE("splice(2) unsupported at run time: the session relays through buffers
   CHECK(eventually([&] {
     return sample(server.app(), R"(konn_socks5_bytes_total{direction="up"})") == big.size();
   }));
+}
+
+namespace {
+
+// A destination that reads until its client's EOF and then neither writes nor closes (a peer
+// that ignores the FIN). The destructor releases it.
+class FinIgnorer {
+ public:
+  FinIgnorer() : acceptor_(konn::core::net::listen_tcp(ctx_, "127.0.0.1", 0)) {
+    thread_ = std::thread([this] {
+      std::error_code ec;
+      acceptor_.accept(peer_, ec);
+      if (ec) return;
+      std::array<char, 4096> b;
+      while (!ec) peer_.read_some(asio::buffer(b), ec);
+      saw_eof_ = ec == asio::error::eof;
+      release_.get_future().wait();
+    });
+  }
+  ~FinIgnorer() {
+    release_.set_value();
+    std::error_code ec;
+    acceptor_.cancel(ec);
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);
+    thread_.join();
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  bool saw_eof() const { return saw_eof_.load(); }
+
+ private:
+  asio::io_context ctx_;
+  tcp::acceptor acceptor_;
+  tcp::socket peer_{ctx_};
+  std::atomic<bool> saw_eof_{false};
+  std::promise<void> release_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("a half-closed session whose peer never finishes is closed at --half-close-timeout",
+          "[session]") {
+  bool splice = GENERATE(true, false);
+  INFO("splice " << splice);
+  FinIgnorer dest;
+  auto o = defaults();
+  o.splice = splice;
+  o.idle_timeout = std::chrono::hours(1);
+  o.half_close_timeout = 300ms;
+  TestServer server(o);
+  Client c(server.endpoint());
+  c.send({0x05, 0x01, 0x00});
+  c.recv(2);
+  c.send(connect_ipv4(dest.port()));
+  REQUIRE(c.recv(10)[1] == 0x00);
+  c.send({'h', 'i'});
+  ::shutdown(c.s.native_handle(), SHUT_WR);  // our half-close; the destination ignores it
+  auto start = std::chrono::steady_clock::now();
+  CHECK(c.closed());
+  auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took >= 250ms);
+  CHECK(took < 3s);
+  CHECK(dest.saw_eof());
 }

@@ -21,6 +21,9 @@ void Socks5Options::register_flags(core::config::FlagParser& p) {
   p.add("handshake-timeout", &handshake_timeout, "Time allowed for greeting, auth and request");
   p.add("connect-timeout", &connect_timeout, "Time allowed to resolve and connect a destination");
   p.add("idle-timeout", &idle_timeout, "Close a session with no traffic for this long (0 = never)");
+  p.add("half-close-timeout", &half_close_timeout,
+        "Close a session whose one side finished sending (half-close) once nothing moved for "
+        "this long (0 = only --idle-timeout)");
   p.add("max-sessions", &max_sessions, "Maximum concurrent sessions (0 = unlimited)");
   p.add("max-sessions-per-client", &max_sessions_per_client,
         "Maximum concurrent sessions per client IP (0 = unlimited)");
@@ -59,6 +62,8 @@ std::vector<std::string> Socks5Options::validate() {
   }
   if (idle_timeout < core::config::Duration::zero())
     errors.push_back("--idle-timeout: must be >= 0");
+  if (half_close_timeout < core::config::Duration::zero())
+    errors.push_back("--half-close-timeout: must be >= 0");
   if (max_sessions < 0) errors.push_back("--max-sessions: must be >= 0");
   if (max_sessions_per_client < 0) errors.push_back("--max-sessions-per-client: must be >= 0");
   if (buffer_size < 512 || buffer_size > 16 * 1024 * 1024) {
@@ -87,12 +92,14 @@ std::vector<std::string> Socks5Options::validate() {
 void Socks5Options::print(spdlog::logger& log) const {
   log.info(
       "options: bind-address={:?} port={} users-file={:?} rules={} default-policy={} "
-      "handshake-timeout={} connect-timeout={} idle-timeout={} max-sessions={} "
+      "handshake-timeout={} connect-timeout={} idle-timeout={} half-close-timeout={} "
+      "max-sessions={} "
       "max-sessions-per-client={} dns-servers={} enable-bind={} enable-udp={} splice={} "
       "splice-pipe-bytes={} buffer-size={} workers={} graceful-shutdown-timeout={}",
       bind_address, port, users_file, rules.size(), default_policy,
       format_go_duration(handshake_timeout), format_go_duration(connect_timeout),
-      format_go_duration(idle_timeout), max_sessions, max_sessions_per_client,
+      format_go_duration(idle_timeout), format_go_duration(half_close_timeout), max_sessions,
+      max_sessions_per_client,
       dns_servers.empty() ? std::string("system") : fmt::format("{}", fmt::join(dns_servers, ",")),
       enable_bind, enable_udp, splice, splice_pipe_bytes, buffer_size, workers,
       format_go_duration(graceful_shutdown_timeout));

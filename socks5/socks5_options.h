@@ -23,8 +23,11 @@ struct Socks5Options {
   core::config::Duration handshake_timeout = std::chrono::seconds(10);
   core::config::Duration connect_timeout = std::chrono::seconds(30);
   core::config::Duration idle_timeout = std::chrono::hours(1);  // 0 = none
-  int max_sessions = 10000;                                     // 0 = unlimited
-  int max_sessions_per_client = 0;                              // 0 = unlimited
+  // A session with one direction ended (a half-close passed on) is closed once nothing moved for
+  // this long; 0 = only --idle-timeout bounds it.
+  core::config::Duration half_close_timeout = std::chrono::seconds(30);
+  int max_sessions = 10000;              // 0 = unlimited
+  int max_sessions_per_client = 0;       // 0 = unlimited
   std::vector<std::string> dns_servers;  // "ip[:port]"; empty = /etc/resolv.conf
   core::config::Duration dns_timeout = std::chrono::seconds(5);
   bool enable_bind = true;

@@ -238,6 +238,7 @@ core::io::Awaitable<void> pump(From& from, To& to, size_t pipe_bytes, uint64_t& 
     to.close(ignored);
   } else if (!failed) {
     to.shutdown(asio::socket_base::shutdown_send, ignored);
+    activity.side_finished();
   }
 }
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fcntl.h>
+#include <functional>
 
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
@@ -12,10 +13,19 @@
 
 namespace konn::socks5 {
 
-// Last time bytes moved, shared by both directions of a relay (for the idle timeout).
+// Last time bytes moved, shared by both directions of a relay (for the idle timeout), and
+// whether one direction already ended at EOF (for the half-close timeout).
 struct Activity {
   std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  bool one_side_finished = false;
+  // Called once, when the first direction ends at EOF (its half-close was passed on).
+  std::function<void()> on_one_side_finished;
   void touch() { last = std::chrono::steady_clock::now(); }
+  void side_finished() {
+    if (one_side_finished) return;
+    one_side_finished = true;
+    if (on_one_side_finished) on_one_side_finished();
+  }
 };
 
 // Moves bytes between two plain TCP sockets with splice(2) through a pipe per direction, so the

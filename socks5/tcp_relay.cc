@@ -38,8 +38,10 @@ class ActiveSocket {
     return s_.async_write_some(b, std::forward<Token>(token));
   }
   void close(std::error_code& ec) { s_.close(ec); }
+  // core::relay shuts down the send side when the other direction ended at EOF.
   void shutdown(asio::socket_base::shutdown_type what, std::error_code& ec) {
     s_.shutdown(what, ec);
+    a_.side_finished();
   }
 
  private:
@@ -47,31 +49,48 @@ class ActiveSocket {
   Activity& a_;
 };
 
-// Closes both sockets once nothing moved for `idle`. A plain timer callback rather than a
-// coroutine joined with `&&`: an idle session then costs one timer, not extra coroutine frames
-// (a few KiB per session). Lives in relay_tcp's frame; stop() and one trip through the
-// executor guarantee no callback touches it afterwards.
+// Closes both sockets once nothing moved for `idle` (--idle-timeout), or, once one direction
+// ended at EOF, for `half_close` (--half-close-timeout) when that is shorter: a peer that never
+// finishes its side must not hold the session for good. Zero turns either off. A plain timer
+// callback rather than a coroutine joined with `&&`: an idle session then costs one timer, not
+// extra coroutine frames (a few KiB per session). Lives in relay_tcp's frame; stop() and one trip
+// through the executor guarantee no callback touches it afterwards.
 class IdleWatch {
  public:
+  using Clock = std::chrono::steady_clock;
   IdleWatch(const asio::any_io_executor& ex, std::function<void()> close_both, Activity& activity,
-            std::chrono::nanoseconds idle, SessionInfo& info)
+            std::chrono::nanoseconds idle, std::chrono::nanoseconds half_close, SessionInfo& info)
       : timer_(ex),
         close_both_(std::move(close_both)),
         activity_(activity),
-        idle_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(idle)),
-        info_(info) {}
+        limit_(idle.count() > 0 ? std::chrono::duration_cast<Clock::duration>(idle)
+                                : Clock::duration::max()),
+        half_close_(std::chrono::duration_cast<Clock::duration>(half_close)),
+        info_(info) {
+    activity_.on_one_side_finished = [this] { one_side_finished(); };
+  }
 
   void arm() {
-    timer_.expires_at(activity_.last + idle_);
-    timer_.async_wait([this](std::error_code ec) {
-      if (ec || stopped_) return;
-      if (std::chrono::steady_clock::now() - activity_.last >= idle_) {
-        info_.reason = "idle timeout";
+    if (limit_ == Clock::duration::max()) return;  // nothing to bound (yet)
+    timer_.expires_at(activity_.last + limit_);
+    uint64_t generation = ++generation_;
+    timer_.async_wait([this, generation](std::error_code ec) {
+      if (ec || stopped_ || generation != generation_) return;
+      if (Clock::now() - activity_.last >= limit_) {
+        info_.reason = activity_.one_side_finished ? "half-close timeout" : "idle timeout";
         close_both_();
         return;
       }
       arm();
     });
+  }
+
+  // The first direction ended at EOF: from now on the half-close limit applies, when shorter.
+  void one_side_finished() {
+    if (half_close_.count() <= 0 || half_close_ >= limit_) return;
+    limit_ = half_close_;
+    activity_.touch();
+    arm();  // an older wait (a longer deadline) is left to end as stale
   }
 
   // After this, a pending callback only sees `stopped_`; the caller then lets the executor run
@@ -85,9 +104,11 @@ class IdleWatch {
   asio::steady_timer timer_;
   std::function<void()> close_both_;
   Activity& activity_;
-  std::chrono::steady_clock::duration idle_;
+  Clock::duration limit_;
+  Clock::duration half_close_;
   SessionInfo& info_;
   bool stopped_ = false;
+  uint64_t generation_ = 0;  // of the wait that counts
 };
 
 void finish_stats(const core::relay::RelayStats& stats, SessionInfo& info) {
@@ -126,9 +147,10 @@ core::io::Awaitable<void> relay_tunnel(tcp::socket& client, core::konnectivity::
                                        const Socks5Options& options, SessionInfo& info) {
   Activity activity;
   std::optional<IdleWatch> watch;
-  if (options.idle_timeout > std::chrono::nanoseconds::zero()) {
+  if (options.idle_timeout > std::chrono::nanoseconds::zero() ||
+      options.half_close_timeout > std::chrono::nanoseconds::zero()) {
     watch.emplace(client.get_executor(), closer(client, tunnel), activity, options.idle_timeout,
-                  info);
+                  options.half_close_timeout, info);
     watch->arm();
   }
   core::relay::RelayStats stats;
@@ -156,9 +178,10 @@ core::io::Awaitable<void> relay_tcp(tcp::socket& client, tcp::socket& upstream,
                                     const Socks5Options& options, SessionInfo& info) {
   Activity activity;
   std::optional<IdleWatch> watch;
-  if (options.idle_timeout > std::chrono::nanoseconds::zero()) {
+  if (options.idle_timeout > std::chrono::nanoseconds::zero() ||
+      options.half_close_timeout > std::chrono::nanoseconds::zero()) {
     watch.emplace(client.get_executor(), closer(client, upstream), activity, options.idle_timeout,
-                  info);
+                  options.half_close_timeout, info);
     watch->arm();
   }
   core::relay::RelayStats stats;

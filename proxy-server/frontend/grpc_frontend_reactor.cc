@@ -1,5 +1,7 @@
 #include "proxy-server/frontend/grpc_frontend_reactor.h"
 
+#include <algorithm>
+
 #include "core/config/duration.h"
 #include "core/log/log_macros.h"
 #include "core/net/endpoint.h"
@@ -169,6 +171,12 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
     to_agent_credit_ = core::tunnel::kTunnelWindow;
     // Half-close passes through only when both ends understand it.
     half_close_ = req.konnhalfclose() && backend->half_close();
+    if (half_close_ || router_.options().tunnel_idle_timeout.count() > 0) {
+      std::weak_ptr<GrpcFrontend> weak = self_ptr();
+      quiet_ = std::make_unique<core::tunnel::QuietTimer>(router_.timers().get_executor(), [weak] {
+        if (auto self = weak.lock()) self->on_quiet();
+      });
+    }
   }
   p.mutable_dialrequest()->set_konnhalfclose(half_close_);
   KONN_CONN_LOG(log_, debug, *this, "dialing {} through agent {}", req.address(),
@@ -211,6 +219,9 @@ bool GrpcFrontend::deliver_dial_response(Packet&& p) {
       router_.metrics().dial_duration.Observe(
           std::chrono::duration<double>(established_at_ - dial_started_).count());
       router_.metrics().established.Increment();
+      if (quiet_ && router_.options().tunnel_idle_timeout.count() > 0) {
+        quiet_->set_limit(router_.options().tunnel_idle_timeout);
+      }
     }
   }
   if (failed) {
@@ -235,6 +246,7 @@ void GrpcFrontend::on_client_data(Packet&& p) {
       return;
     }
     backend = backend_;
+    if (quiet_) quiet_->touch();
     to_agent_queued_ += bytes;
     // Pausing is idempotent and never starts a read, so it is safe under mu_; resuming is not.
     if (to_agent_queued_ > kToAgentHigh) {
@@ -270,6 +282,8 @@ void GrpcFrontend::on_client_close_write(const Packet& p) {
       return;
     }
     backend = backend_;
+    client_done_ = true;
+    one_side_finished_locked();
   }
   // Queued behind the client's DATA, so the agent writes those first.
   backend->send(make_close_write(p.closewrite().connectid()));
@@ -279,8 +293,48 @@ void GrpcFrontend::deliver_close_write(Packet&& p) {
   {
     std::lock_guard lock(mu_);
     if (!half_close_ || (state_ != State::Established && state_ != State::Closing)) return;
+    agent_done_ = true;
+    one_side_finished_locked();
   }
   send(std::move(p));
+}
+
+void GrpcFrontend::one_side_finished_locked() {
+  if (half_counted_ || state_ != State::Established) return;
+  half_counted_ = true;
+  router_.metrics().half_closed.Increment();
+  const auto& o = router_.options();
+  auto limit = o.half_close_timeout;
+  if (o.tunnel_idle_timeout.count() > 0) limit = std::min(limit, o.tunnel_idle_timeout);
+  if (quiet_) quiet_->set_limit(limit);
+}
+
+void GrpcFrontend::on_quiet() {
+  std::shared_ptr<Backend> backend;
+  int64_t id = 0;
+  std::string reason;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::Established) return;
+    state_ = State::Closed;
+    const auto& o = router_.options();
+    bool half = client_done_ || agent_done_;
+    router_.metrics().tunnel_timeout(half ? "half_close" : "idle");
+    auto limit = half ? o.half_close_timeout : o.tunnel_idle_timeout;
+    if (half && o.tunnel_idle_timeout.count() > 0) limit = std::min(limit, o.tunnel_idle_timeout);
+    reason = std::string(half ? "half-closed" : "idle") + " tunnel quiet for " +
+             core::config::format_go_duration(limit) +
+             (half ? " (--half-close-timeout)" : " (--tunnel-idle-timeout)");
+    if (close_reason_.empty()) close_reason_ = reason;
+    backend = backend_;
+    id = connect_id_;
+  }
+  KONN_CONN_LOG(log_, info, *this, "closing: {}", reason);
+  // As an agent's close: the agent is told, the client gets CLOSE_RSP with the reason.
+  backend->forget_connection(id);
+  backend->send(make_close_request(id));
+  send(make_close_response(id, reason));
+  close(grpc::Status::OK);
 }
 
 void GrpcFrontend::on_sent_to_agent(size_t bytes) {
@@ -315,6 +369,7 @@ void GrpcFrontend::deliver_data(Packet&& p) {
     std::lock_guard lock(mu_);
     if (state_ != State::Established && state_ != State::Closing) return;
     flow = flow_control_;
+    if (quiet_) quiet_->touch();
   }
   size_t bytes = p.data().data().size();
   if (!flow && queued_bytes() + bytes > router_.options().tunnel_queue_cap_bytes()) {
@@ -556,6 +611,9 @@ void GrpcFrontend::OnDone() {
   {
     std::lock_guard lock(mu_);
     timer_.reset();
+    if (quiet_) quiet_->stop();
+    if (half_counted_) router_.metrics().half_closed.Decrement();
+    half_counted_ = false;
     if (counted_established_) {
       router_.metrics().established.Decrement();
       router_.metrics().connection_duration.Observe(

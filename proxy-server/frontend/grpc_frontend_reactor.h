@@ -13,6 +13,7 @@
 #include "core/tunnel/async_packet_stream.h"
 #include "core/tunnel/completion_driver.h"
 #include "core/tunnel/credit.h"
+#include "core/tunnel/quiet_timer.h"
 #include "konnectivity/client.grpc.pb.h"
 #include "proxy-server/tunnel/frontend.h"
 
@@ -111,6 +112,11 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
   void on_dial_timeout();
   void on_dial_request_timeout();
   void on_close_timeout();
+  // One side finished sending (KONN_CLOSE_WRITE either way): the half-close bound starts and the
+  // tunnel counts in half_closed_tunnels. Call with mu_ held.
+  void one_side_finished_locked();
+  // --half-close-timeout or --tunnel-idle-timeout passed without traffic: close the tunnel.
+  void on_quiet();
   std::shared_ptr<GrpcFrontend> self_ptr();
   void set_reason(const std::string& reason);
 
@@ -149,6 +155,12 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
   std::chrono::steady_clock::time_point established_at_;
   bool counted_established_ = false;
   std::unique_ptr<asio::steady_timer> timer_;
+  // Half-close and idle bounds; created with the dial on tunnels that may half-close or when
+  // --tunnel-idle-timeout is set. Touched under mu_ whenever DATA passes.
+  std::unique_ptr<core::tunnel::QuietTimer> quiet_;
+  bool client_done_ = false;   // half-close: the client sent KONN_CLOSE_WRITE
+  bool agent_done_ = false;    // half-close: the agent sent KONN_CLOSE_WRITE
+  bool half_counted_ = false;  // counted in half_closed_tunnels (until OnDone)
 };
 
 }  // namespace konn::server

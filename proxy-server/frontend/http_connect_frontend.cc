@@ -20,6 +20,7 @@
 #include "core/relay/write_role.h"
 #include "core/tunnel/credit.h"
 #include "core/tunnel/packet.h"
+#include "core/tunnel/quiet_timer.h"
 #include "proxy-server/backend/backend.h"
 #include "proxy-server/tunnel/frontend.h"
 #include "proxy-server/tunnel/router.h"
@@ -84,6 +85,7 @@ class ConnectSession : public Frontend,
         resume_(stream_.get_executor()) {}
 
   ~ConnectSession() override {
+    if (quiet_) quiet_->stop();
     router_.metrics().http_connections.Add({}).Decrement();
     if (has_slot_) router_.release_frontend();
   }
@@ -113,6 +115,7 @@ class ConnectSession : public Frontend,
     return true;
   }
   void deliver_data(Packet&& p) override {
+    if (quiet_) quiet_->touch();
     if constexpr (!kTls) {  // a TLS stream is written by its executor only (OpenSSL state)
       auto direct = write_role_.deliver(p.data().data(), core::relay::kDirectWriteMax);
       if (direct.written > 0) written_to_client(direct.written);
@@ -302,7 +305,16 @@ class ConnectSession : public Frontend,
     }
     agent_id_ = backend_->agent_id();
     flow_control_ = backend_->flow_control();
-    half_close_ = backend_->half_close();
+    // Upstream closes the tunnel on the client's EOF; a half-close is passed on only when asked
+    // for (--http-connect-half-close) and the agent supports it.
+    half_close_ = router_.options().http_connect_half_close && backend_->half_close();
+    // Created before the dial is sent: from the answer on, gRPC threads touch it (deliver_data).
+    if (half_close_ || router_.options().tunnel_idle_timeout.count() > 0) {
+      std::weak_ptr<ConnectSession> weak = this->shared_from_this();
+      quiet_ = std::make_unique<core::tunnel::QuietTimer>(stream_.get_executor(), [weak] {
+        if (auto self = weak.lock()) self->quiet_for_too_long();
+      });
+    }
     credit_ = core::tunnel::kTunnelWindow;
     if (auto refused = router_.add_pending(random_, this->shared_from_this(), *backend_)) {
       co_await reply_and_close(refused->http_status,
@@ -345,6 +357,9 @@ class ConnectSession : public Frontend,
     router_.metrics().dial_duration.Observe(
         std::chrono::duration<double>(established_at_ - started).count());
     router_.metrics().established.Increment();
+    if (quiet_ && router_.options().tunnel_idle_timeout.count() > 0) {
+      quiet_->set_limit(router_.options().tunnel_idle_timeout);
+    }
     // Agent DATA may already be queued (server-first protocols): writing_ was set with the answer,
     // so it waits in out_ until the 200 is written and the two writes never interleave.
     auto [wec, n] = co_await asio::async_write(
@@ -358,6 +373,7 @@ class ConnectSession : public Frontend,
   }
 
   void send_to_agent(std::string&& bytes) {
+    if (quiet_) quiet_->touch();
     auto n = static_cast<int64_t>(bytes.size());
     to_agent_queued_ += n;
     if (flow_control_) credit_ -= n;
@@ -433,6 +449,34 @@ class ConnectSession : public Frontend,
     client_done_ = true;
     KONN_CONN_LOG(log_, debug, *this, "client finished sending: half-close to the agent");
     backend_->send(make_close_write(connect_id_));
+    one_side_finished();
+  }
+
+  // The first side to finish starts --half-close-timeout (or the idle limit, when shorter), and
+  // the tunnel counts in half_closed_tunnels until it closes.
+  void one_side_finished() {
+    if (half_counted_ || closed_) return;
+    half_counted_ = true;
+    router_.metrics().half_closed.Increment();
+    const auto& o = router_.options();
+    auto limit = o.half_close_timeout;
+    if (o.tunnel_idle_timeout.count() > 0) limit = std::min(limit, o.tunnel_idle_timeout);
+    if (quiet_) quiet_->set_limit(limit);
+  }
+
+  // The quiet timer fired: --half-close-timeout once a side finished, else --tunnel-idle-timeout.
+  void quiet_for_too_long() {
+    if (closed_ || !established_) return;
+    const auto& o = router_.options();
+    bool half = client_done_ || agent_done_;
+    router_.metrics().tunnel_timeout(half ? "half_close" : "idle");
+    auto limit = half ? o.half_close_timeout : o.tunnel_idle_timeout;
+    if (half && o.tunnel_idle_timeout.count() > 0) limit = std::min(limit, o.tunnel_idle_timeout);
+    std::string reason = std::string(half ? "half-closed" : "idle") + " tunnel quiet for " +
+                         core::config::format_go_duration(limit) +
+                         (half ? " (--half-close-timeout)" : " (--tunnel-idle-timeout)");
+    KONN_CONN_LOG(log_, info, *this, "closing: {}", reason);
+    close_tunnel(reason, true);
   }
 
   // Half-close: the destination finished sending. Over a plain socket the client gets a
@@ -442,6 +486,7 @@ class ConnectSession : public Frontend,
     if (closed_ || !established_) return;
     agent_done_ = true;
     if constexpr (!kTls) write_role_.close();  // the write side shuts once out_ is written
+    if constexpr (!kTls) one_side_finished();
     if constexpr (kTls) {
       if (!closing_ && !client_done_) {
         closing_ = true;
@@ -479,6 +524,7 @@ class ConnectSession : public Frontend,
       close_tunnel("client not reading: tunnel queue over its cap", true);
       return;
     }
+    if (quiet_) quiet_->touch();
     to_client_queued_ += n;
     bytes_to_client_ += n;
     router_.metrics().bytes_to_client.Increment(static_cast<double>(n));
@@ -574,6 +620,9 @@ class ConnectSession : public Frontend,
     socket_done_ = true;
     if constexpr (!kTls) write_role_.close();  // before the descriptor can be closed and reused
     if (close_timer_) close_timer_->cancel();
+    if (quiet_) quiet_->stop();
+    if (half_counted_) router_.metrics().half_closed.Decrement();
+    half_counted_ = false;
     std::error_code ignored;
     lowest(stream_).shutdown(asio::socket_base::shutdown_both, ignored);
     lowest(stream_).close(ignored);
@@ -597,6 +646,9 @@ class ConnectSession : public Frontend,
   asio::steady_timer wake_;    // dial answer or timeout
   asio::steady_timer resume_;  // reader backpressure
   std::unique_ptr<asio::steady_timer> close_timer_;
+  // Half-close and idle bounds (--half-close-timeout, --tunnel-idle-timeout); only on tunnels
+  // that can half-close or when the idle limit is set. Set before the dial, then never changed.
+  std::unique_ptr<core::tunnel::QuietTimer> quiet_;
   ToAgentListener listener_;
   core::relay::WriteRole write_role_;  // plain sockets only (TLS: never opened)
 
@@ -623,9 +675,10 @@ class ConnectSession : public Frontend,
   core::tunnel::CreditReturn credit_to_return_;  // written to the client, not yet given back
   bool closing_ = false;                         // CLOSE_REQ sent after the client's EOF
   bool half_close_ = false;                      // the agent passes half-closes (konn-half-close)
-  bool client_done_ = false;  // half-close: the client's EOF was sent to the agent
-  bool agent_done_ = false;   // half-close: the destination finished sending
-  bool write_shut_ = false;   // half-close: the client socket's write side is shut down
+  bool client_done_ = false;   // half-close: the client's EOF was sent to the agent
+  bool agent_done_ = false;    // half-close: the destination finished sending
+  bool write_shut_ = false;    // half-close: the client socket's write side is shut down
+  bool half_counted_ = false;  // counted in half_closed_tunnels (until finish_socket)
   bool closed_ = false;
   bool flush_then_close_ = false;
   bool has_slot_ = false;  // took a --max-frontend-streams slot in start()

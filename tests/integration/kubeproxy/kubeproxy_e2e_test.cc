@@ -651,6 +651,47 @@ TEST_CASE("CONNECT mode refusals: 403, 407, 502", "[kubeproxy][e2e]") {
   CHECK_THAT(r.out, Catch::Contains("APIVersions"));
 }
 
+TEST_CASE("CONNECT mode: a half-closed tunnel whose destination ignores the FIN ends at "
+          "--half-close-timeout",
+          "[kubeproxy][e2e]") {
+  Fixture f;
+  // A destination that reads until EOF and then neither writes nor closes.
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(listen(lfd, 4) == 0);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  int peer = -1;
+  std::thread dest([&] {
+    peer = accept(lfd, nullptr, nullptr);
+    char buf[4096];
+    while (peer >= 0 && recv(peer, buf, sizeof buf, 0) > 0) {
+    }
+  });
+  uint16_t cport = 0;
+  auto cp = f.start_proxy({"--mode=connect", "--half-close-timeout=500ms"}, "connect", &cport);
+  std::string target = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  RawClient c(cport);
+  c.send("CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n");
+  CHECK_THAT(c.read_until_contains("\r\n\r\n"),
+             Catch::StartsWith("HTTP/1.1 200 Connection established"));
+  c.send("request");
+  c.shutdown_write();  // passed on; the destination ignores it
+  auto t0 = Clock::now();
+  c.read_to_eof(5s);
+  auto took = Clock::now() - t0;
+  CHECK(c.eof());
+  CHECK(took >= 400ms);
+  CHECK(took < 3s);
+  CHECK(cp->wait_err("--half-close-timeout"));
+  dest.join();
+  if (peer >= 0) close(peer);
+  close(lfd);
+}
+
 TEST_CASE("forwarder honours proxy-url, for upgrades too", "[kubeproxy][e2e]") {
   Fixture f;
   uint16_t cport = 0;

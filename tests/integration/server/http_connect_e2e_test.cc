@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <asio.hpp>
 #include <asio/ssl.hpp>
@@ -28,17 +29,22 @@ namespace {
 
 using unix_socket = asio::local::stream_protocol::socket;
 
-// A proxy-server in http-connect mode on a unix socket, with one agent unless `with_agent` is off.
+// A proxy-server in http-connect mode on a unix socket, with one agent unless `with_agent` is off;
+// `half_close` passes a client's EOF on as a half-close (--http-connect-half-close).
 struct ConnectStack {
-  explicit ConnectStack(bool with_agent = true, bool tcp = false)
+  explicit ConnectStack(bool with_agent = true, bool tcp = false, bool half_close = false)
       : certs(konn::testsupport::test_certs()),
-        server(dir, certs,
-               ServerSpec{tcp, true, {"--mode=http-connect", "--http-connect-header-timeout=1s"}}) {
+        server(dir, certs, ServerSpec{tcp, true, args(half_close)}) {
     server.start();
     if (with_agent) {
       agent = konn::e2e::start_agent(dir, certs, server.agent_port(), AgentSpec{});
       REQUIRE(server.wait_agent_connected("agent-1", 20s));
     }
+  }
+  static std::vector<std::string> args(bool half_close) {
+    std::vector<std::string> a{"--mode=http-connect", "--http-connect-header-timeout=1s"};
+    if (half_close) a.push_back("--http-connect-half-close");
+    return a;
   }
   unix_socket connect() {
     unix_socket s(io);
@@ -132,9 +138,10 @@ TEST_CASE("http-connect moves 64 MiB each way intact", "[e2e][http-connect]") {
   CHECK(got.hex() == sent.hex());
 }
 
-TEST_CASE("http-connect passes the client's half-close: the echo's tail still arrives",
+TEST_CASE("http-connect passes the client's half-close when asked: the echo's tail still "
+          "arrives",
           "[e2e][http-connect][half-close]") {
-  ConnectStack st;
+  ConnectStack st(true, false, /*half_close=*/true);
   auto s = st.connect();
   asio::write(s, asio::buffer(connect_request(st.echo.address())));
   expect_established(s);
@@ -161,9 +168,10 @@ TEST_CASE("http-connect passes the client's half-close: the echo's tail still ar
   CHECK(digests.front() == sent);
 }
 
-TEST_CASE("http-connect passes the destination's half-close: the client can still send",
+TEST_CASE("http-connect passes the destination's half-close when asked: the client can still "
+          "send",
           "[e2e][http-connect][half-close]") {
-  ConnectStack st;
+  ConnectStack st(true, false, /*half_close=*/true);
   // A destination that greets, shuts down its write side, then counts what it still receives.
   asio::io_context origin_io;
   asio::ip::tcp::acceptor acceptor(origin_io, {asio::ip::make_address("127.0.0.1"), 0});

@@ -29,11 +29,15 @@ std::string slurp(const std::string& path) {
 }
 
 // A proxy-server in http-connect mode (unix socket, or TCP+mTLS with `tcp`), one agent, an HTTP
-// origin with /page and an echo origin.
+// origin with /page and an echo origin. `half_close`: --http-connect-half-close.
 struct ConnectClientStack {
-  explicit ConnectClientStack(bool tcp)
+  explicit ConnectClientStack(bool tcp, bool half_close = false)
       : certs(konn::testsupport::test_certs()),
-        server(dir, certs, ServerSpec{tcp, true, {"--mode=http-connect"}}),
+        server(dir, certs,
+               ServerSpec{tcp, true,
+                          half_close ? std::vector<std::string>{"--mode=http-connect",
+                                                                "--http-connect-half-close"}
+                                     : std::vector<std::string>{"--mode=http-connect"}}),
         tcp_(tcp) {
     http.add_page("/page", "through CONNECT, byte for byte\n");
     server.start();
@@ -130,7 +134,7 @@ TEST_CASE("test client http-connect over the unix socket: GET prints the body ex
 
 TEST_CASE("test client http-connect over the unix socket: --pipe half-closes at stdin's EOF",
           "[e2e][http-connect][testclient]") {
-  ConnectClientStack st(false);
+  ConnectClientStack st(false, /*half_close=*/true);
   SECTION("the echo origin returns every byte, then closes after our EOF") {
     std::string input = konn::e2e::random_bytes(3 * 1024 * 1024 + 17, 5);
     auto args = st.to(st.echo.address());

@@ -35,7 +35,10 @@ uint16_t port_in_log(const Process& p, const std::string& needle, const std::reg
   return static_cast<uint16_t>(std::stoi(m[1].str()));
 }
 
-// proxy-server (frontend on a unix socket, in `mode`), one agent, and local origins.
+// proxy-server (frontend on a unix socket, in `mode`), one agent, and local origins. In
+// http-connect mode the server passes a client's EOF on as a half-close
+// (--http-connect-half-close), as gRPC mode does for clients that ask: the relays below send
+// their EOF and then read the echo's tail.
 struct Stack {
   // `tcp`: the frontend on TCP with mutual TLS instead of the unix socket. `with_agent` false:
   // a proxy-server no agent ever connected to.
@@ -44,7 +47,10 @@ struct Stack {
         certs(konn::testsupport::test_certs()),
         server(dir, certs,
                frontend_mode == "grpc" ? ServerSpec{tcp, true, {}}
-                                       : ServerSpec{tcp, true, {"--mode=http-connect"}}) {
+                                       : ServerSpec{tcp,
+                                                    true,
+                                                    {"--mode=http-connect",
+                                                     "--http-connect-half-close"}}) {
     http.add_page("/hello", "hello through the tunnel\n");
     server.start();
     if (!with_agent) return;
