@@ -770,7 +770,7 @@ core::io::Awaitable<bool> Forwarder::upgrade(Exchange& x, const std::string& tar
         x.client, 502, "Error trying to reach the API server: " + wec.message() + std::string("\n"),
         true, x.status);
   }
-  auto outcome = co_await finish_upgrade(x.client, up);
+  auto outcome = co_await finish_upgrade(x.client, up, options_.half_close_timeout);
   x.status = outcome.status;
   if (outcome.status == 0) {
     co_return co_await send_text(x.client, 502, "Bad Gateway: " + outcome.error + std::string("\n"),

@@ -126,8 +126,9 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
         "every interface in connect mode).");
   konnectivity.register_flags(f);
   f.add("half-close-timeout", &half_close_timeout,
-        "kubeproxy-http, connect mode: close a tunnel whose one side finished sending "
-        "(half-close) once nothing moved for this long (0 = never).");
+        "kubeproxy-http: close a CONNECT tunnel (connect mode) or an upgraded connection (101) "
+        "whose one side finished sending (half-close) once nothing moved for this long "
+        "(0 = never).");
 }
 
 std::vector<std::string> KubeproxyOptions::validate(bool port_set) const {

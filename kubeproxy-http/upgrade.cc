@@ -97,7 +97,8 @@ core::io::Awaitable<StreamRelayStats> relay_streams(ByteStream& downstream, Byte
   co_return stats;
 }
 
-core::io::Awaitable<UpgradeOutcome> finish_upgrade(ByteStream& downstream, ByteStream& upstream) {
+core::io::Awaitable<UpgradeOutcome> finish_upgrade(ByteStream& downstream, ByteStream& upstream,
+                                                   std::chrono::nanoseconds half_close_timeout) {
   UpgradeOutcome out;
   core::http::Http1Parser parser(core::http::Http1Parser::Kind::Response, 1 << 20);
   std::vector<char> buf(64 * 1024);
@@ -135,7 +136,7 @@ core::io::Awaitable<UpgradeOutcome> finish_upgrade(ByteStream& downstream, ByteS
     co_return out;
   }
   std::vector<char>().swap(buf);  // not held for the upgraded connection's life
-  out.relayed = co_await relay_streams(downstream, upstream);
+  out.relayed = co_await relay_streams(downstream, upstream, 64 * 1024, half_close_timeout);
   co_return out;
 }
 

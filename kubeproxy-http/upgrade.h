@@ -37,12 +37,14 @@ core::io::Awaitable<StreamRelayStats> relay_streams(
 // `downstream` and relays both ways until both sides closed; on any other answer passes that
 // answer through and ends. `error` is set when the apiserver sent nothing usable (the caller then
 // answers 502 itself). Returns the answer's status, 0 when none arrived. The relay is bounded as
-// relay_streams() with kDefaultHalfCloseTimeout.
+// relay_streams() with `half_close_timeout` (--half-close-timeout).
 struct UpgradeOutcome {
   int status = 0;
   std::string error;
   StreamRelayStats relayed;
 };
-core::io::Awaitable<UpgradeOutcome> finish_upgrade(ByteStream& downstream, ByteStream& upstream);
+core::io::Awaitable<UpgradeOutcome> finish_upgrade(
+    ByteStream& downstream, ByteStream& upstream,
+    std::chrono::nanoseconds half_close_timeout = kDefaultHalfCloseTimeout);
 
 }  // namespace konn::kubeproxy
