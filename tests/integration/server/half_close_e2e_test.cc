@@ -271,6 +271,10 @@ std::optional<std::chrono::milliseconds> wait_idle(const Stack& st, std::chrono:
 
 }  // namespace
 
+// reliability: proxy-server | CONNECT client closes (kube-apiserver's close()) while the
+// reliability+: destination ignores the FIN | queued DATA to the agent, `CLOSE_REQ`, client socket
+// reliability+: closed | debug line with the connection id | every tunnel gauge of both daemons
+// reliability+: back to 0 within 1 s
 TEST_CASE(
     "http-connect: a client's close ends the tunnel at once, even when the destination "
     "ignores the FIN",
@@ -297,6 +301,10 @@ TEST_CASE(
   }
 }
 
+// reliability: proxy-server | with --http-connect-half-close, a half-closed tunnel that moves
+// reliability+: nothing | closed at --half-close-timeout: `CLOSE_REQ` to the agent, client socket
+// reliability+: closed | info "closing: half-closed tunnel quiet for 1s (--half-close-timeout)" |
+// reliability+: gauges of both daemons back to 0; `tunnel_timeouts_total{reason="half_close"}`
 TEST_CASE(
     "http-connect with --http-connect-half-close: a closed client's tunnel ends at "
     "--half-close-timeout",
