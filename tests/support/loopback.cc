@@ -2,10 +2,12 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <sys/socket.h>
@@ -36,6 +38,27 @@ uint16_t bound_port(int fd) {
 }  // namespace
 
 uint16_t free_tcp_port() {
+  // Drawn below the kernel's ephemeral range, so no bind to port 0 and no outgoing connection
+  // (which take their ports from that range) can be handed the same port between this call and
+  // the daemon's bind: a daemon's --admin-port=0 once got the --agent-port picked here. Only
+  // another free_tcp_port() drawing the same number, one in about 20 000, still races.
+  static thread_local std::mt19937 rng(std::random_device{}());
+  int low = 32768;
+  if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &low) != 1) low = 32768;
+    std::fclose(f);
+  }
+  const int first = 10000;
+  for (int attempt = 0; low - 1 > first && attempt < 64; ++attempt) {
+    auto port = static_cast<uint16_t>(std::uniform_int_distribution<int>(first, low - 1)(rng));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) fail("socket");
+    sockaddr_in a = loopback_addr(port);
+    bool free = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    if (free) return port;
+  }
+  // No room below the ephemeral range: let the kernel choose, as before.
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) fail("socket");
   sockaddr_in a = loopback_addr(0);

@@ -8,9 +8,10 @@
 
 namespace konn::testsupport {
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read back, closed). For
-// daemons whose flags need a concrete port; a small race with other processes remains, so
-// prefer port 0 wherever the daemon reports what it bound.
+// A TCP port on 127.0.0.1 that was free a moment ago (drawn below the kernel's ephemeral port
+// range, bound, closed), so a later bind to port 0 never takes it. For daemons whose flags need
+// a concrete port; a small race with other free_tcp_port() callers remains, so prefer port 0
+// wherever the daemon reports what it bound.
 uint16_t free_tcp_port();
 
 // A listener on 127.0.0.1 whose accept queue is full and never drained: connects to it neither

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <cstdio>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -19,6 +20,21 @@ TEST_CASE("loopback: free port is bindable and closed", "[support]") {
   CHECK_FALSE(tcp_port_accepts(port, 100));
   EchoServer echo;
   CHECK(tcp_port_accepts(echo.port(), 1000));
+}
+
+TEST_CASE("loopback: a free port lies below the ephemeral range, where binds to port 0 never land",
+          "[support]") {
+  int low = 0;
+  std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  REQUIRE(f != nullptr);
+  REQUIRE(std::fscanf(f, "%d", &low) == 1);
+  std::fclose(f);
+  if (low <= 10001) return;  // no room below the range: the kernel's choice is returned
+  for (int i = 0; i < 50; ++i) {
+    uint16_t port = free_tcp_port();
+    CHECK(port >= 10000);
+    CHECK(port < low);
+  }
 }
 
 TEST_CASE("loopback: a stuck listener leaves connects pending", "[support]") {
