@@ -121,6 +121,14 @@ cat <<TRY
 
 konn is up (logs in .run/logs, stop with: scripts/dev-up.sh stop)
 
+  Ports it opened:
+    demo-origin     127.0.0.1:18080
+    proxy-server    unix:$run/konn.sock (frontend), 127.0.0.1:8091 (agents, mTLS),
+                    *:8092 (health), 127.0.0.1:8095 (admin)
+    proxy-agent     *:8093 (health), 127.0.0.1:8094 (admin)
+    socks5          127.0.0.1:1080 (SOCKS5), 127.0.0.1:8096 (health/metrics)
+    kubeproxy-http  127.0.0.1:8001 (proxy), 127.0.0.1:8097 (health/metrics, asked for)
+
   Fetch a page through the Konnectivity tunnel (client -> proxy-server -> agent -> demo-origin):
     $bin/proxy-test-client --proxy-uds=$run/konn.sock \\
         --request-host=127.0.0.1 --request-port=18080 --request-path=/hello
