@@ -1,5 +1,6 @@
 #include "proxy-server/server_options.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <openssl/ssl.h>
@@ -254,6 +255,18 @@ void ServerOptions::print(spdlog::logger& log) const {
 std::string ServerOptions::openssl_ciphers() const {
   std::vector<std::string> ignored;
   return core::tls::openssl_cipher_list(cipher_suites, &ignored);
+}
+
+Duration ServerOptions::quiet_limit(bool half_closed) const {
+  if (!half_closed) return tunnel_idle_timeout;
+  if (tunnel_idle_timeout.count() > 0) return std::min(half_close_timeout, tunnel_idle_timeout);
+  return half_close_timeout;
+}
+
+std::string ServerOptions::quiet_reason(bool half_closed) const {
+  return std::string(half_closed ? "half-closed" : "idle") + " tunnel quiet for " +
+         format_go_duration(quiet_limit(half_closed)) +
+         (half_closed ? " (--half-close-timeout)" : " (--tunnel-idle-timeout)");
 }
 
 size_t ServerOptions::tunnel_queue_cap_bytes() const {

@@ -127,6 +127,11 @@ struct ServerOptions {
   size_t tunnel_queue_cap_bytes() const;
   // --cipher-suites as an OpenSSL list ("" when not set); call after validate() passed.
   std::string openssl_ciphers() const;
+  // How long a tunnel may move nothing: --half-close-timeout once one side finished (or
+  // --tunnel-idle-timeout when that is shorter), else --tunnel-idle-timeout (0: no limit).
+  Duration quiet_limit(bool half_closed) const;
+  // The close reason when that limit passed, naming the flag.
+  std::string quiet_reason(bool half_closed) const;
 };
 
 }  // namespace konn::server

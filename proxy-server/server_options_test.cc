@@ -190,3 +190,18 @@ TEST_CASE("tunnel bounds: CONNECT half-close off, half-close timeout 30s, idle t
   CHECK(mentions(errors, "--half-close-timeout"));
   CHECK(mentions(errors, "--tunnel-idle-timeout"));
 }
+
+TEST_CASE("a tunnel's quiet limit: --half-close-timeout once half-closed, the idle limit when shorter",
+          "[server]") {
+  using std::chrono::seconds;
+  ServerOptions o;
+  CHECK(o.quiet_limit(false) == seconds(0));  // no idle limit by default, as upstream
+  CHECK(o.quiet_limit(true) == seconds(30));
+  CHECK(o.quiet_reason(true) == "half-closed tunnel quiet for 30s (--half-close-timeout)");
+  o.tunnel_idle_timeout = seconds(10);
+  CHECK(o.quiet_limit(false) == seconds(10));
+  CHECK(o.quiet_limit(true) == seconds(10));
+  CHECK(o.quiet_reason(false) == "idle tunnel quiet for 10s (--tunnel-idle-timeout)");
+  o.tunnel_idle_timeout = seconds(60);
+  CHECK(o.quiet_limit(true) == seconds(30));
+}

@@ -303,10 +303,7 @@ void GrpcFrontend::one_side_finished_locked() {
   if (half_counted_ || state_ != State::Established) return;
   half_counted_ = true;
   router_.metrics().half_closed.Increment();
-  const auto& o = router_.options();
-  auto limit = o.half_close_timeout;
-  if (o.tunnel_idle_timeout.count() > 0) limit = std::min(limit, o.tunnel_idle_timeout);
-  if (quiet_) quiet_->set_limit(limit);
+  if (quiet_) quiet_->set_limit(router_.options().quiet_limit(true));
 }
 
 void GrpcFrontend::on_quiet() {
@@ -317,14 +314,9 @@ void GrpcFrontend::on_quiet() {
     std::lock_guard lock(mu_);
     if (state_ != State::Established) return;
     state_ = State::Closed;
-    const auto& o = router_.options();
     bool half = client_done_ || agent_done_;
     router_.metrics().tunnel_timeout(half ? "half_close" : "idle");
-    auto limit = half ? o.half_close_timeout : o.tunnel_idle_timeout;
-    if (half && o.tunnel_idle_timeout.count() > 0) limit = std::min(limit, o.tunnel_idle_timeout);
-    reason = std::string(half ? "half-closed" : "idle") + " tunnel quiet for " +
-             core::config::format_go_duration(limit) +
-             (half ? " (--half-close-timeout)" : " (--tunnel-idle-timeout)");
+    reason = router_.options().quiet_reason(half);
     if (close_reason_.empty()) close_reason_ = reason;
     backend = backend_;
     id = connect_id_;

@@ -458,23 +458,15 @@ class ConnectSession : public Frontend,
     if (half_counted_ || closed_) return;
     half_counted_ = true;
     router_.metrics().half_closed.Increment();
-    const auto& o = router_.options();
-    auto limit = o.half_close_timeout;
-    if (o.tunnel_idle_timeout.count() > 0) limit = std::min(limit, o.tunnel_idle_timeout);
-    if (quiet_) quiet_->set_limit(limit);
+    if (quiet_) quiet_->set_limit(router_.options().quiet_limit(true));
   }
 
   // The quiet timer fired: --half-close-timeout once a side finished, else --tunnel-idle-timeout.
   void quiet_for_too_long() {
     if (closed_ || !established_) return;
-    const auto& o = router_.options();
     bool half = client_done_ || agent_done_;
     router_.metrics().tunnel_timeout(half ? "half_close" : "idle");
-    auto limit = half ? o.half_close_timeout : o.tunnel_idle_timeout;
-    if (half && o.tunnel_idle_timeout.count() > 0) limit = std::min(limit, o.tunnel_idle_timeout);
-    std::string reason = std::string(half ? "half-closed" : "idle") + " tunnel quiet for " +
-                         core::config::format_go_duration(limit) +
-                         (half ? " (--half-close-timeout)" : " (--tunnel-idle-timeout)");
+    std::string reason = router_.options().quiet_reason(half);
     KONN_CONN_LOG(log_, info, *this, "closing: {}", reason);
     close_tunnel(reason, true);
   }
