@@ -407,7 +407,10 @@ TEST_CASE("metrics: reads paused by backpressure are counted by reason", "[e2e][
       std::error_code ec;
       asio::write(client.socket, asio::buffer(std::string(kTotal, 'q')), ec);
     });
-    CHECK(eventually([&] { return paused(s, "queue_full") == 1; }, 20s));
+    // At least once, not exactly once: while gRPC still moves the queue into the HTTP/2 windows
+    // the queue can fall under its resume mark and fill again, a second pause (seen under load).
+    CHECK(eventually([&] { return paused(s, "queue_full") >= 1; }, 20s));
+    CHECK(paused(s, "no_credit") == 0);
     agent.resume_reading();
     writer.join();
     size_t got = 0;
