@@ -8,6 +8,8 @@
 #   bench/run-all.sh                 # 3 runs, 1 GiB bulk transfers, 3 s timed workloads
 #   bench/run-all.sh --quick         # smoke run: everything once, small and short (~1-2 min)
 #   bench/run-all.sh --runs=5 --json=bench.json [--only=direct,konn-grpc] [--keep-work]
+#   bench/run-all.sh --upstream-bin=DIR  # also upstream ANP (bench/build-upstream.sh): anp-grpc,
+#                                      # anp-connect, and konn / upstream ratios of the same run
 # See docs/performance.md for what each workload does.
 set -euo pipefail
 cd "$(dirname "$0")/.."

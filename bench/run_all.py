@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 UPSTREAM = {  # issue 9: upstream ANP on a 2-core machine like ours, same kind of client
@@ -31,6 +32,10 @@ UPSTREAM = {  # issue 9: upstream ANP on a 2-core machine like ours, same kind o
     ("memory 1000 idle", "KiB/tunnel server"): (77, 77),
 }
 KONN_TUNNELS = ("konn-grpc", "konn-connect", "konn-grpc-go")
+# With --upstream-bin: upstream ANP's server and agent (bench/build-upstream.sh), started like
+# ours and driven by the same clients; each konn target is given as a ratio to its counterpart.
+UPSTREAM_OF = {"konn-grpc": "anp-grpc", "konn-grpc-go": "anp-grpc", "konn-connect": "anp-connect"}
+ANP_TARGETS = ("anp-grpc", "anp-connect")
 
 
 def log(msg):
@@ -185,6 +190,14 @@ def free_port():
     raise Failure("no free port")
 
 
+def http_ok(url):
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 def wait_port(port, timeout=20):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -293,6 +306,44 @@ current-context: fake
 
     def start_konn_connect(self, name):
         return self.konnectivity(name, "http-connect")
+
+    def upstream(self, name, mode):
+        """Upstream's server (frontend on a unix socket, plaintext as upstream allows there) and
+        agent over mTLS with the same certificates as ours. Upstream takes no port 0: every port
+        is a free one, health and admin on loopback; ready once the server's /readyz says an
+        agent is connected."""
+        c, sock, ub = self.certs, os.path.join(self.work, name + ".sock"), self.args.upstream_bin
+        agent_port, health = free_port(), free_port()
+        server, _ = self.procs.start(
+            self.tag(name + "-server"),
+            [f"{ub}/server", f"--mode={mode}", f"--uds-name={sock}",
+             "--delete-existing-uds-file", "--server-port=0", "--agent-bind-address=127.0.0.1",
+             f"--agent-port={agent_port}", "--health-bind-address=127.0.0.1",
+             f"--health-port={health}", "--admin-bind-address=127.0.0.1",
+             f"--admin-port={free_port()}", f"--cluster-cert={c}/server.crt",
+             f"--cluster-key={c}/server.key", f"--cluster-ca-cert={c}/ca.crt"])
+        wait_port(agent_port)
+        agent, _ = self.procs.start(
+            self.tag(name + "-agent"),
+            [f"{ub}/agent", "--proxy-server-host=127.0.0.1", f"--proxy-server-port={agent_port}",
+             f"--ca-cert={c}/ca.crt", f"--agent-cert={c}/agent.crt",
+             f"--agent-key={c}/agent.key", f"--agent-id={name}",
+             "--health-server-host=127.0.0.1", f"--health-server-port={free_port()}",
+             "--admin-bind-address=127.0.0.1", f"--admin-server-port={free_port()}"])
+        deadline = time.time() + 20
+        while not http_ok(f"http://127.0.0.1:{health}/readyz"):
+            if time.time() > deadline or not agent.alive() or not server.alive():
+                raise Failure(f"{name}: agent never connected\n{server.log_text()[-1500:]}\n"
+                              f"{agent.log_text()[-1500:]}")
+            time.sleep(0.05)
+        scheme = "grpc+unix://" if mode == "grpc" else "connect+unix://"
+        return Target(name, "konnectivity", scheme + sock, [("server", server), ("agent", agent)])
+
+    def start_anp_grpc(self, name):
+        return self.upstream(name, "grpc")
+
+    def start_anp_connect(self, name):
+        return self.upstream(name, "http-connect")
 
     def start_konn_socks5(self, name):
         port = free_port()
@@ -409,9 +460,9 @@ workers 1
         return t
 
 
-ALL_TARGETS = ["iperf3", "direct", "konn-grpc", "konn-grpc-go", "konn-connect", "konn-socks5",
-               "dante", "microsocks", "kubeproxy-connect", "tinyproxy", "squid",
-               "apiserver-direct", "kubeproxy-http", "kubectl-proxy"]
+ALL_TARGETS = ["iperf3", "direct", "konn-grpc", "konn-grpc-go", "anp-grpc", "konn-connect",
+               "anp-connect", "konn-socks5", "dante", "microsocks", "kubeproxy-connect",
+               "tinyproxy", "squid", "apiserver-direct", "kubeproxy-http", "kubectl-proxy"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,6 +478,8 @@ class Bench:
         for name in args.only or ALL_TARGETS:
             if name == "konn-grpc-go":
                 continue  # drives konn-grpc's daemons: made from it in run_once
+            if name in ANP_TARGETS and not args.upstream_bin:
+                continue  # upstream is run only when built (--upstream-bin)
             log(f"starting {name}")
             try:
                 self.t[name] = launcher.start(name)
@@ -730,7 +783,13 @@ def report(bench, args):
             pv = runs.get((peer, workload, metric, unit))
             if pv:
                 peers[peer] = statistics.median([v / r for v, r in zip(vals, pv) if r])
-        if target in KONN_TUNNELS:
+        anp = UPSTREAM_OF.get(target)
+        uv = runs.get((anp, workload, metric, unit)) if anp else None
+        if uv:
+            entry["vs_upstream"] = {anp: statistics.median(
+                [v / r for v, r in zip(vals, uv) if r])}
+        elif target in KONN_TUNNELS and not (anp and anp in bench.t):
+            # Issue 9's figures, only where upstream was not run here.
             up = UPSTREAM.get((workload, metric))
             if metric == "KiB/tunnel server" and workload.startswith("memory"):
                 up = UPSTREAM.get(("memory 1000 idle", metric))
@@ -747,7 +806,8 @@ def report(bench, args):
     def fmt(v):
         return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
 
-    header = ("target", "workload", "metric", "median", "runs", "vs direct", "vs peer (same run)")
+    header = ("target", "workload", "metric", "median", "runs", "vs direct", "vs peer (same run)",
+              "konn / upstream (same run)")
     lines = []
     for e in results:
         peer_txt = []
@@ -759,15 +819,18 @@ def report(bench, args):
         lines.append((e["target"], e["workload"], e["metric"], fmt(e["median"]) + " " + e["unit"],
                       "/".join(fmt(v) for v in e["runs"]),
                       f"{e['vs_direct']:.2f}" if "vs_direct" in e else "-",
-                      ", ".join(peer_txt) or "-"))
+                      ", ".join(peer_txt) or "-",
+                      ", ".join(f"{k} {r:.2f}" for k, r in e.get("vs_upstream", {}).items())
+                      or "-"))
     widths = [max(len(str(r[i])) for r in lines + [header]) for i in range(len(header))]
     out = [" | ".join(str(h).ljust(w) for h, w in zip(header, widths)),
            "-+-".join("-" * w for w in widths)]
     out += [" | ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in lines]
     print("\n".join(out))
     print(f"\n{args.runs} run(s), medians; ratios are value/reference within each run, then the"
-          " median. Memory is Pss of the daemon's process tree. upstream(quoted): issue 9's"
-          " figures for upstream ANP (not run here).")
+          " median. Memory is Pss of the daemon's process tree. konn / upstream: against"
+          " upstream ANP's anp-grpc / anp-connect of the same run (--upstream-bin)."
+          " upstream(quoted): issue 9's figures for upstream ANP, where it was not run.")
     if bench.failures:
         print(f"\n{len(bench.failures)} FAILURE(S):")
         for f in bench.failures:
@@ -803,6 +866,9 @@ def main():
     ap.add_argument("--go-client", default="",
                     help="konn-go-client binary (bench/goclient): konn-grpc driven by grpc-go")
     ap.add_argument("--no-go", action="store_true", help="(run-all.sh) skip the Go client")
+    ap.add_argument("--upstream-bin", default="",
+                    help="directory of upstream ANP's server and agent (bench/build-upstream.sh):"
+                    " adds the targets anp-grpc and anp-connect")
     ap.add_argument("--keep-work", action="store_true", help="keep logs and configs")
     args = ap.parse_args()
     if args.quick:
@@ -813,6 +879,15 @@ def main():
     unknown = [s for s in args.only if s not in ALL_TARGETS]
     if unknown:
         ap.error(f"--only: unknown {', '.join(unknown)} (targets: {', '.join(ALL_TARGETS)})")
+    if args.upstream_bin:
+        args.upstream_bin = os.path.abspath(args.upstream_bin)
+        for b in ("server", "agent"):
+            if not os.access(os.path.join(args.upstream_bin, b), os.X_OK):
+                ap.error(f"--upstream-bin: no {b} in {args.upstream_bin} "
+                         "(build it with bench/build-upstream.sh)")
+    elif any(s in ANP_TARGETS for s in args.only):
+        ap.error("--only: anp-grpc and anp-connect need --upstream-bin=DIR "
+                 "(bench/build-upstream.sh)")
 
     def on_term(signum, frame):
         raise KeyboardInterrupt
