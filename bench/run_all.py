@@ -598,8 +598,17 @@ class Bench:
 
     def head_of_line(self, target):
         def run():
-            r = self.loadgen(target, "hol", "--tunnels=3", "--threads=2",
-                             f"--duration={self.args.duration}s")
+            # The workload takes about 4 durations; a tunnel that never moves again makes it
+            # wait for ever, so it is bounded well short of --step-timeout.
+            timeout = min(self.args.step_timeout, max(30, 20 * self.args.duration + 10))
+            try:
+                r = self.loadgen(target, "hol", "--tunnels=3", "--threads=2",
+                                 f"--duration={self.args.duration}s", timeout=timeout)
+            except Failure as e:
+                if target.name in ANP_TARGETS and "timed out" in str(e):
+                    raise Failure(f"{e} (upstream's agent stops reading every tunnel once one "
+                                  "client stops reading: upstream issue #180)")
+                raise
             self.record(target.name, "head-of-line", "MB/s others", "MB/s", r["mb_s"])
             self.record(target.name, "head-of-line", "MB/s others, one stalled", "MB/s",
                         r["mb_s_stalled"])
