@@ -80,9 +80,12 @@ void GrpcTunnel::deliver(std::error_code ec, std::string bytes, bool read_on) {
     } else {
       read_paused_ = true;
     }
+    // Queued under the lock: once read_paused_ is set, receive() on the io thread may restart
+    // the read at once, and that read's deliver() must not overtake this item (it did: bytes
+    // out of order, seen against upstream's server, whose 4 KiB packets fill the inbox).
+    // Capacity kInboxMessages + 2 and no read while kInboxMessages wait: never full here.
+    inbox_.try_send(ec, std::move(bytes));
   }
-  // Capacity kInboxMessages + 2 and no read while kInboxMessages wait: never full here.
-  inbox_.try_send(ec, std::move(bytes));
   if (start) StartRead(&in_);
 }
 
