@@ -4,10 +4,8 @@
 #include <cstdio>
 #include <iostream>
 #include <sys/stat.h>
-#include <system_error>
 #include <variant>
 
-#include <asio/error.hpp>
 #include <asio/ssl.hpp>
 
 #include "core/admin/admin_server.h"
@@ -147,17 +145,7 @@ struct KubeproxyApp::Impl {
     health->route("/livez", ok);
     health->route("/readyz", ready);
     health->route("/metrics", scrape);
-    try {
-      health->start();
-    } catch (const std::system_error& e) {
-      // Only the default port may be skipped: a port the user asked for must be served.
-      if (options.health_port_set || e.code() != asio::error::address_in_use) throw;
-      log->warn(
-          "{}: health and metrics are off (the default port is taken; --health-port "
-          "chooses another, -1 none)",
-          e.what());
-      health.reset();
-    }
+    if (!health->start_unless_default_taken(options.health_port_set)) health.reset();
   }
 
   template <typename Acceptor>

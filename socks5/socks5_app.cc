@@ -4,7 +4,6 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
-#include <asio/error.hpp>
 #include <asio/ip/v6_only.hpp>
 #include <asio/steady_timer.hpp>
 
@@ -116,17 +115,7 @@ void Socks5App::start_health() {
   health_->route("/livez", ok);
   health_->route("/readyz", ready);
   health_->route("/metrics", metrics);
-  try {
-    health_->start();
-  } catch (const std::system_error& e) {
-    // Only the default port may be skipped: a port the user asked for must be served.
-    if (options_.health_port_set || e.code() != asio::error::address_in_use) throw;
-    KONN_LOG(logger(), warn,
-             "{}: health and metrics are off (the default port is taken; --health-port chooses "
-             "another, -1 none)",
-             e.what());
-    health_.reset();
-  }
+  if (!health_->start_unless_default_taken(options_.health_port_set)) health_.reset();
 }
 
 core::net::Resolver& Socks5App::resolver_for(const asio::any_io_executor& ex) {

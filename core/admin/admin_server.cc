@@ -1,5 +1,7 @@
 #include "core/admin/admin_server.h"
 
+#include <system_error>
+
 #include <asio.hpp>
 
 #include "core/http/http1_parser.h"
@@ -80,6 +82,20 @@ void AdminServer::start() {
   thread_ = std::thread([this] { ctx_.run(); });
   KONN_LOG(log::get("admin"), info, "{} listening on {}:{}", name_,
            bind_address_.empty() ? "*" : bind_address_, port_);
+}
+
+bool AdminServer::start_unless_default_taken(bool port_given) {
+  try {
+    start();
+    return true;
+  } catch (const std::system_error& e) {
+    if (port_given || e.code() != asio::error::address_in_use) throw;
+    KONN_LOG(log::get("admin"), warn,
+             "{}: {} and metrics are off (the default port is taken; --{}-port chooses another, "
+             "-1 none)",
+             e.what(), name_, name_);
+    return false;
+  }
 }
 
 void AdminServer::stop() {

@@ -49,6 +49,10 @@ class AdminServer {
   void route(const std::string& path, Handler handler);
   // Binds and starts the thread. Throws std::system_error naming the address.
   void start();
+  // As start(), for a listener on a port the user did not choose (`port_given` false): when that
+  // default port is taken, logs a warning and returns false instead of throwing, so a second
+  // instance still starts. A port the user asked for must bind, as with start().
+  bool start_unless_default_taken(bool port_given);
   void stop();
   uint16_t port() const { return port_; }
 

@@ -1,5 +1,7 @@
 #include "core/admin/admin_server.h"
 
+#include <system_error>
+
 #include <asio/connect.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
@@ -69,4 +71,20 @@ TEST_CASE("admin server answers health, readiness and 404 over real HTTP", "[adm
   auto garbage = get(port, "\x16\x03\x01 not http\r\n\r\n");
   CHECK(garbage.rfind("HTTP/1.1 400 ", 0) == 0);
   server.stop();
+}
+
+TEST_CASE("a taken default port is skipped with a warning, a taken given port still throws",
+          "[admin]") {
+  using konn::core::admin::AdminServer;
+  AdminServer first("health", "127.0.0.1", 0);
+  first.start();
+  AdminServer by_default("health", "127.0.0.1", first.port());
+  CHECK_FALSE(by_default.start_unless_default_taken(false));
+  AdminServer given("health", "127.0.0.1", first.port());
+  CHECK_THROWS_AS(given.start_unless_default_taken(true), std::system_error);
+  AdminServer free_port("health", "127.0.0.1", 0);
+  CHECK(free_port.start_unless_default_taken(false));
+  CHECK(free_port.port() != 0);
+  free_port.stop();
+  first.stop();
 }
