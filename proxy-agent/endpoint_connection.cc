@@ -70,9 +70,7 @@ EndpointConnection::EndpointConnection(asio::io_context& ctx,
 
 EndpointConnection::~EndpointConnection() {
   if (stats_) stats_->endpoint_slots.fetch_sub(1, std::memory_order_relaxed);
-  if (stats_ && half_counted_) {
-    stats_->half_closed_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
-  }
+  end_half_close();
 }
 
 void EndpointConnection::start(std::string address) {
@@ -181,6 +179,13 @@ void EndpointConnection::one_side_finished() {
   half_counted_ = true;
   stats_->half_closed_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
   if (quiet_) quiet_->set_limit(settings_.half_close_timeout);
+}
+
+void EndpointConnection::end_half_close() {
+  if (quiet_) quiet_->stop();
+  if (!half_counted_) return;
+  half_counted_ = false;
+  stats_->half_closed_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void EndpointConnection::add_credit(int64_t bytes) {
@@ -435,11 +440,7 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
   close_reason_ = reason;
   set_state(State::Closing);
   stats_->open_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
-  if (quiet_) quiet_->stop();
-  if (half_counted_) {
-    half_counted_ = false;
-    stats_->half_closed_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
-  }
+  end_half_close();
   // Stop reading: the read loop checks the state when its wait ends (at the latest when
   // finish_close() closes the socket). The socket is not cancelled: that would abort the flush.
   gate_timer_.cancel();
@@ -466,11 +467,7 @@ void EndpointConnection::finish_close() {
   if (state_ == State::Closed) return;
   set_state(State::Closed);
   write_role_.close();  // before the descriptor can be closed and reused
-  if (quiet_) quiet_->stop();
-  if (half_counted_) {
-    half_counted_ = false;
-    stats_->half_closed_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
-  }
+  end_half_close();
   std::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);

@@ -143,6 +143,9 @@ class EndpointConnection : public core::tunnel::WriteListener,
   // The first side to finish starts --half-close-timeout and counts the connection in
   // half_closed_endpoint_connections until it closes.
   void one_side_finished();
+  // Closing: the bound stops and the connection leaves half_closed_endpoint_connections (once;
+  // from close(), finish_close() or the destructor, whichever comes first).
+  void end_half_close();
 
   // The socket's descriptor state on ctx_ (WorkerPool::place). First, so it is returned last.
   core::io::DescriptorReserve::Lease lease_;

@@ -1,7 +1,5 @@
 #include "proxy-server/frontend/grpc_frontend_reactor.h"
 
-#include <algorithm>
-
 #include "core/config/duration.h"
 #include "core/log/log_macros.h"
 #include "core/net/endpoint.h"
