@@ -100,6 +100,9 @@ TEST_CASE("limits: --max-frontend-streams refuses a gRPC stream and a CONNECT co
     t1.tunnel->close(5s);
     CHECK(eventually([&] { return Tunnel::dial(ch, echo.address(), 10s).tunnel != nullptr; }, 10s));
     t2.tunnel->close(5s);
+    // The server frees a closed tunnel's slot after the client's close returns, and the tunnel
+    // dialled above is still being torn down: wait until a slot is free before the round trip.
+    CHECK(eventually([&] { return Tunnel::dial(ch, echo.address(), 10s).tunnel != nullptr; }, 10s));
     still_serving(s, echo.address());
   }
   // reliability: proxy-server | CONNECT connection over --max-frontend-streams | `HTTP/1.1 503`
