@@ -69,47 +69,60 @@ void ServerApp::start() {
   proxy_service_ = std::make_unique<ProxyServiceImpl>(*router_);
   agent_service_ = std::make_unique<AgentServiceImpl>(*router_);
 
+  // With the frontend on a unix socket (kube-apiserver's usual set-up), one gRPC server serves
+  // both services, so one thread polls every connection and runs every reaction: with two
+  // servers, each draining its own queue, gRPC's poller role passed between two threads and a
+  // packet often crossed from one to the other. Each service admits only the peers of its own
+  // listener (from_unix_socket). Channel arguments are per server, so the frontend keeps a server
+  // of its own when its keepalive differs from the agents'.
+  const bool shared = options_.mode != "http-connect" && !options_.uds_name.empty() &&
+                      options_.frontend_keepalive_time == options_.keepalive_time;
+  auto add_unix_frontend = [this](grpc::ServerBuilder& b) {
+    if (options_.delete_existing_uds_file) core::net::remove_stale_socket(options_.uds_name);
+    b.AddListeningPort("unix:" + options_.uds_name, grpc::InsecureServerCredentials());
+  };
+  // umask 0007 while binding: the unix socket is created 0770 (owner and group only).
+  auto build_with_umask = [](grpc::ServerBuilder& b) {
+    mode_t old = ::umask(0007);
+    auto server = b.BuildAndStart();
+    ::umask(old);
+    return server;
+  };
   if (options_.mode == "http-connect") {
     start_http_connect();
-  } else {
+  } else if (!shared) {
     // Frontend: kube-apiserver shares one HTTP/2 connection for all its dials, so the number of
     // concurrent streams is left unlimited.
-    {
-      grpc::ServerBuilder b;
-      b.SetMaxReceiveMessageSize(kMaxMessageBytes);
-      b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options_.frontend_keepalive_time));
-      b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                           millis(options_.tls_handshake_timeout));
-      b.RegisterService(proxy_service_.get());
-      auto cq = b.AddCompletionQueue();
-      if (!options_.uds_name.empty()) {
-        if (options_.delete_existing_uds_file) core::net::remove_stale_socket(options_.uds_name);
-        b.AddListeningPort("unix:" + options_.uds_name, grpc::InsecureServerCredentials());
-        // umask 0007 while binding: the socket is created 0770 (owner and group only).
-        mode_t old = ::umask(0007);
-        frontend_server_ = b.BuildAndStart();
-        ::umask(old);
-        if (!frontend_server_) {
-          throw std::runtime_error("cannot serve the frontend on unix socket " + options_.uds_name);
-        }
-        KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
-      } else {
-        auto creds = core::tls::grpc_server_credentials(options_.server_cert, options_.server_key,
-                                                        options_.server_ca_cert, reload_seconds());
-        b.AddListeningPort(bind_spec(options_.server_bind_address, options_.server_port), creds,
-                           &frontend_port_);
-        frontend_server_ = b.BuildAndStart();
-        if (!frontend_server_ || frontend_port_ == 0) {
-          throw std::runtime_error("cannot serve the frontend on " +
-                                   bind_spec(options_.server_bind_address, options_.server_port));
-        }
-        KONN_LOG(log_, info, "frontend (grpc, mTLS) listening on {}",
-                 bind_spec(options_.server_bind_address, frontend_port_));
+    grpc::ServerBuilder b;
+    b.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options_.frontend_keepalive_time));
+    b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                         millis(options_.tls_handshake_timeout));
+    b.RegisterService(proxy_service_.get());
+    auto cq = b.AddCompletionQueue();
+    if (!options_.uds_name.empty()) {
+      add_unix_frontend(b);
+      frontend_server_ = build_with_umask(b);
+      if (!frontend_server_) {
+        throw std::runtime_error("cannot serve the frontend on unix socket " + options_.uds_name);
       }
-      // Only the arrival of calls: their operations complete on the agent streams' queue.
-      frontend_driver_ =
-          std::make_unique<core::tunnel::CompletionDriver>("frontend-calls", std::move(cq));
+      KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
+    } else {
+      auto creds = core::tls::grpc_server_credentials(options_.server_cert, options_.server_key,
+                                                      options_.server_ca_cert, reload_seconds());
+      b.AddListeningPort(bind_spec(options_.server_bind_address, options_.server_port), creds,
+                         &frontend_port_);
+      frontend_server_ = b.BuildAndStart();
+      if (!frontend_server_ || frontend_port_ == 0) {
+        throw std::runtime_error("cannot serve the frontend on " +
+                                 bind_spec(options_.server_bind_address, options_.server_port));
+      }
+      KONN_LOG(log_, info, "frontend (grpc, mTLS) listening on {}",
+               bind_spec(options_.server_bind_address, frontend_port_));
     }
+    // Only the arrival of calls: their operations complete on the agent streams' queue.
+    frontend_driver_ =
+        std::make_unique<core::tunnel::CompletionDriver>("frontend-calls", std::move(cq));
   }
   // Agents: always TLS; mTLS when --cluster-ca-cert is given.
   {
@@ -124,19 +137,30 @@ void ServerApp::start() {
     // Accept agent pings every 30 s or slower, as upstream's enforcement policy does.
     b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 30000);
     b.RegisterService(agent_service_.get());
+    if (shared) {
+      b.RegisterService(proxy_service_.get());
+      add_unix_frontend(b);
+    }
     auto cq = b.AddCompletionQueue();
     auto creds = core::tls::grpc_server_credentials(options_.cluster_cert, options_.cluster_key,
                                                     options_.cluster_ca_cert, reload_seconds());
     b.AddListeningPort(bind_spec(options_.agent_bind_address, options_.agent_port), creds,
                        &agent_port_);
-    agent_server_ = b.BuildAndStart();
+    agent_server_ = shared ? build_with_umask(b) : b.BuildAndStart();
     if (!agent_server_ || agent_port_ == 0) {
-      throw std::runtime_error("cannot listen for agents on " +
-                               bind_spec(options_.agent_bind_address, options_.agent_port));
+      throw std::runtime_error(
+          "cannot listen for agents on " +
+          bind_spec(options_.agent_bind_address, options_.agent_port) +
+          (shared ? " nor serve the frontend on unix socket " + options_.uds_name : ""));
     }
     agent_driver_ = std::make_unique<core::tunnel::CompletionDriver>("grpc-streams", std::move(cq));
-    agent_service_->accept(*agent_driver_);
-    if (frontend_driver_) proxy_service_->accept(*frontend_driver_, agent_driver_->cq());
+    agent_service_->accept(*agent_driver_, shared);
+    if (frontend_driver_) proxy_service_->accept(*frontend_driver_, agent_driver_->cq(), false);
+    if (shared) {
+      proxy_service_->accept(*agent_driver_, agent_driver_->cq(), true);
+      KONN_LOG(log_, info, "frontend (grpc) listening on unix:{} (served with the agents)",
+               options_.uds_name);
+    }
     KONN_LOG(log_, info, "agent listener (grpc, {}) on {}",
              options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
              bind_spec(options_.agent_bind_address, agent_port_));

@@ -119,7 +119,7 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
     limits_hit_total.Add({{"limit", limit}});
   }
   for (const char* reason : {"half_close", "idle"}) tunnel_timeouts_total.Add({{"reason", reason}});
-  for (const char* reason : {"metadata", "token", "identifiers"}) {
+  for (const char* reason : {"metadata", "token", "identifiers", "listener"}) {
     agents_rejected_total.Add({{"reason", reason}});
   }
 }

@@ -4,8 +4,8 @@
 
 namespace konn::server {
 
-void AgentServiceImpl::accept(core::tunnel::CompletionDriver& driver) {
-  Backend::accept(*this, driver, live_, router_);
+void AgentServiceImpl::accept(core::tunnel::CompletionDriver& driver, bool shared_listener) {
+  Backend::accept(*this, driver, live_, router_, shared_listener);
 }
 
 }  // namespace konn::server

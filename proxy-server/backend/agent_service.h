@@ -17,7 +17,8 @@ class AgentServiceImpl : public AgentService::AsyncService {
   explicit AgentServiceImpl(Router& router) : router_(router) {}
   // Starts accepting calls on `driver` (built on the agent server's queue). Once, after the
   // server started; the server must be shut down before the driver is destroyed.
-  void accept(core::tunnel::CompletionDriver& driver);
+  // `shared_listener`: the server also serves the frontend's unix socket (see Backend::accept).
+  void accept(core::tunnel::CompletionDriver& driver, bool shared_listener);
   // After the server's Shutdown (which failed the pending request and cancelled every call):
   // waits until each Backend has finished, so the queue can be shut down. False when `timeout`
   // passed first.

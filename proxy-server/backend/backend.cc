@@ -35,9 +35,10 @@ Backend::Backend(AgentService::AsyncService& service, core::tunnel::CompletionDr
       log_(core::log::get("server.backend")) {}
 
 void Backend::accept(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
-                     LiveCalls& live, Router& router) {
+                     LiveCalls& live, Router& router, bool shared_listener) {
   auto b = std::make_shared<Backend>(service, driver, live, router);
   b->self_ = b;
+  b->shared_listener_ = shared_listener;
   // Counted from the request on: a call accepted just before the server's shutdown still has
   // its first reactions to run, and they start operations on the queue.
   b->prepare_request(live);
@@ -53,7 +54,7 @@ void Backend::on_accepted(bool ok) {
     self_.reset();  // destroys this
     return;
   }
-  accept(service_, driver_, live_, router_);
+  accept(service_, driver_, live_, router_, shared_listener_);
   peer_ = call_->ctx.peer();
   router_.metrics().grpc_connect.Increment();
   begin();
@@ -65,6 +66,16 @@ void Backend::on_metadata_sent(bool ok) {
 }
 
 void Backend::begin() {
+  if (shared_listener_ && from_unix_socket(peer_)) {
+    KONN_LOG(
+        log_, warn,
+        "agent stream from {} refused: agents connect over TCP, not the frontend's unix socket",
+        peer_);
+    router_.metrics().agent_rejected("listener");
+    close(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                       "AgentService is not served on the frontend's unix socket"));
+    return;
+  }
   auto ids = metadata_values(call_->ctx, "agentid");
   if (ids.size() != 1) {
     KONN_LOG(log_, warn, "agent from {} rejected: expected one agentid header, got {}", peer_,

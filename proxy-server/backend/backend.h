@@ -39,8 +39,10 @@ class Backend : public core::tunnel::AsyncServerStream<Backend> {
   // serverid/servercount headers, registers, and starts reading. On bad metadata the stream is
   // finished with the reason. When the server shuts down, the request ends and nothing more is
   // asked for.
+  // `shared_listener`: the server also serves ProxyService on a unix socket; a Connect call
+  // that came in through that socket is refused (agents reach the server over TCP only).
   static void accept(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
-                     LiveCalls& live, Router& router);
+                     LiveCalls& live, Router& router, bool shared_listener);
 
   const std::string& agent_id() const { return agent_id_; }
   const core::tunnel::AgentIdentifiers& identifiers() const { return identifiers_; }
@@ -94,6 +96,7 @@ class Backend : public core::tunnel::AsyncServerStream<Backend> {
   std::shared_ptr<Backend> self_;
   std::string agent_id_;
   std::string peer_;
+  bool shared_listener_ = false;
   std::string identifiers_header_;
   core::tunnel::AgentIdentifiers identifiers_;
   bool flow_control_ = false;

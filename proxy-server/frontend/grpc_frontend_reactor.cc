@@ -51,9 +51,10 @@ GrpcFrontend::~GrpcFrontend() = default;
 
 void GrpcFrontend::accept(ProxyService::AsyncService& service,
                           core::tunnel::CompletionDriver& notify, grpc::CompletionQueue* calls,
-                          core::tunnel::LiveCalls& live, Router& router) {
+                          core::tunnel::LiveCalls& live, Router& router, bool shared_listener) {
   std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(service, notify, calls, live, router));
   f->self_ = f;
+  f->shared_listener_ = shared_listener;
   f->prepare_request(live);
   service.RequestProxy(&f->call_->ctx, &f->call_->stream, calls, notify.server_cq(),
                        core::tunnel::hand_over(&f->accepted_tag_));
@@ -66,13 +67,20 @@ void GrpcFrontend::on_accepted(bool ok) {
     self_.reset();  // destroys this
     return;
   }
-  accept(service_, notify_, calls_, live_, router_);
+  accept(service_, notify_, calls_, live_, router_, shared_listener_);
   peer_ = call_->ctx.peer();
   begin();
 }
 
 void GrpcFrontend::begin() {
   router_.metrics().grpc_proxy.Increment();
+  if (shared_listener_ && !from_unix_socket(peer_)) {
+    KONN_LOG(log_, warn,
+             "Proxy call from {} refused: the frontend is served on the unix socket only", peer_);
+    close(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                       "ProxyService is served on the unix socket only"));
+    return;
+  }
   if (!router_.acquire_frontend(peer_)) {
     close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                        "too many frontend streams (limit " +

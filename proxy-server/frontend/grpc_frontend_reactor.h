@@ -47,9 +47,11 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
   // Asks for the next Proxy call. Its arrival is announced on `notify`'s server queue (the
   // frontend server's); its operations complete on `calls`. When it arrives, its GrpcFrontend
   // asks for the next one and serves it. When the server shuts down, the request ends and
-  // nothing more is asked for.
+  // nothing more is asked for. `shared_listener`: the server also serves AgentService on TCP; a
+  // Proxy call that did not come in through the unix socket is refused.
   static void accept(ProxyService::AsyncService& service, core::tunnel::CompletionDriver& notify,
-                     grpc::CompletionQueue* calls, core::tunnel::LiveCalls& live, Router& router);
+                     grpc::CompletionQueue* calls, core::tunnel::LiveCalls& live, Router& router,
+                     bool shared_listener);
   ~GrpcFrontend() override;
 
   // Frontend (called from the backend's read loop).
@@ -126,6 +128,7 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
   core::tunnel::LiveCalls& live_;
   core::tunnel::MemberTag<GrpcFrontend, &GrpcFrontend::on_accepted> accepted_tag_{this};
   std::string peer_;  // set once the call arrived
+  bool shared_listener_ = false;
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
   std::shared_ptr<GrpcFrontend> self_;

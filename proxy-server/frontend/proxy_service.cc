@@ -5,8 +5,8 @@
 namespace konn::server {
 
 void ProxyServiceImpl::accept(core::tunnel::CompletionDriver& notify,
-                              grpc::CompletionQueue* calls) {
-  GrpcFrontend::accept(*this, notify, calls, live_, router_);
+                              grpc::CompletionQueue* calls, bool shared_listener) {
+  GrpcFrontend::accept(*this, notify, calls, live_, router_, shared_listener);
 }
 
 }  // namespace konn::server

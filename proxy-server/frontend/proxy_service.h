@@ -18,7 +18,9 @@ class ProxyServiceImpl : public ProxyService::AsyncService {
   // Starts accepting calls: their arrival on `notify` (built on the frontend server's queue),
   // their operations on `calls` (the agent streams' queue). Once, after both servers started;
   // the frontend server must be shut down before either driver is destroyed.
-  void accept(core::tunnel::CompletionDriver& notify, grpc::CompletionQueue* calls);
+  // `shared_listener`: one server serves both services (see GrpcFrontend::accept).
+  void accept(core::tunnel::CompletionDriver& notify, grpc::CompletionQueue* calls,
+              bool shared_listener);
   // After the server's Shutdown: waits until each GrpcFrontend has finished, so both queues can
   // be shut down. False when `timeout` passed first.
   bool wait_calls_done(std::chrono::milliseconds timeout) { return live_.wait_none(timeout); }
