@@ -47,7 +47,7 @@ GrpcFrontend::GrpcFrontend(ProxyService::AsyncService& service,
   to_client_listener_.owner = this;
 }
 
-GrpcFrontend::~GrpcFrontend() = default;
+GrpcFrontend::~GrpcFrontend() { cancel_timer(); }
 
 void GrpcFrontend::accept(ProxyService::AsyncService& service,
                           core::tunnel::CompletionDriver& notify, grpc::CompletionQueue* calls,
@@ -200,7 +200,7 @@ void GrpcFrontend::fail_dial(int64_t random, const std::string& error) {
     std::lock_guard lock(mu_);
     state_ = State::Closed;
     if (close_reason_.empty()) close_reason_ = "dial failed: " + error;
-    timer_.reset();
+    cancel_timer();
   }
   KONN_CONN_LOG(log_, info, *this, "dial to {} failed: {}", address_, error);
   send(make_dial_response(random, 0, error));
@@ -213,7 +213,7 @@ bool GrpcFrontend::deliver_dial_response(Packet&& p) {
   {
     std::lock_guard lock(mu_);
     if (state_ != State::Dialing || rsp.random() != random_) return false;
-    timer_.reset();
+    cancel_timer();
     if (failed) {
       state_ = State::Closed;
       close_reason_ = "dial failed: " + rsp.error();
@@ -450,7 +450,7 @@ void GrpcFrontend::on_dial_close(const Packet& p) {
     if (state_ != State::Dialing || p.closedial().random() != random_) return;
     state_ = State::Closed;
     close_reason_ = "dial cancelled by frontend";
-    timer_.reset();
+    cancel_timer();
     backend = backend_;
     random = random_;
   }
@@ -467,7 +467,7 @@ void GrpcFrontend::deliver_close(Packet&& p) {
     std::lock_guard lock(mu_);
     if (state_ == State::Closed) return;
     state_ = State::Closed;
-    timer_.reset();
+    cancel_timer();
     if (close_reason_.empty()) {
       close_reason_ = p.type() == DIAL_CLS ? "dial closed by agent" : "closed by agent";
     }
@@ -484,7 +484,7 @@ void GrpcFrontend::backend_gone() {
     std::lock_guard lock(mu_);
     prev = state_;
     state_ = State::Closed;
-    timer_.reset();
+    cancel_timer();
     random = random_;
     id = connect_id_;
     if (close_reason_.empty()) close_reason_ = "agent disconnected";
@@ -515,7 +515,7 @@ void GrpcFrontend::on_read_end() {
       state_ = State::Closing;
     } else if (state_ != State::Closing) {
       state_ = State::Closed;
-      timer_.reset();
+      cancel_timer();
     }
     if (close_reason_.empty()) close_reason_ = "frontend stream ended";
   }
@@ -542,11 +542,16 @@ void GrpcFrontend::on_read_end() {
 void GrpcFrontend::arm_timer(std::chrono::nanoseconds delay, void (GrpcFrontend::*fn)()) {
   std::weak_ptr<GrpcFrontend> weak = self_ptr();
   std::lock_guard lock(mu_);
-  timer_ = std::make_unique<asio::steady_timer>(router_.timers(), delay);
-  timer_->async_wait([weak, fn](const std::error_code& ec) {
-    if (ec) return;
-    if (auto self = weak.lock()) ((*self).*fn)();
-  });
+  cancel_timer();
+  timer_ = router_.deadlines().arm(
+      std::chrono::duration_cast<core::tunnel::Deadlines::Clock::duration>(delay), [weak, fn] {
+        if (auto self = weak.lock()) ((*self).*fn)();
+      });
+}
+
+void GrpcFrontend::cancel_timer() {
+  router_.deadlines().cancel(timer_);
+  timer_ = 0;
 }
 
 void GrpcFrontend::on_dial_timeout() {
@@ -608,7 +613,7 @@ void GrpcFrontend::OnDone() {
   if (has_slot_) router_.release_frontend();
   {
     std::lock_guard lock(mu_);
-    timer_.reset();
+    cancel_timer();
     if (quiet_) quiet_->stop();
     if (half_counted_) router_.metrics().half_closed.Decrement();
     half_counted_ = false;

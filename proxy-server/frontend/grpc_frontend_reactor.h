@@ -6,13 +6,13 @@
 #include <mutex>
 #include <string>
 
-#include <asio/steady_timer.hpp>
 #include <grpcpp/server_context.h>
 #include <spdlog/logger.h>
 
 #include "core/tunnel/async_packet_stream.h"
 #include "core/tunnel/completion_driver.h"
 #include "core/tunnel/credit.h"
+#include "core/tunnel/deadlines.h"
 #include "core/tunnel/quiet_timer.h"
 #include "konnectivity/client.grpc.pb.h"
 #include "proxy-server/tunnel/frontend.h"
@@ -109,8 +109,10 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
   void overflow();
   void on_sent_to_agent(size_t bytes);
   void on_sent_to_client(size_t bytes);
-  // Runs `fn` on the timer context after `delay` unless the tunnel state changed by then.
+  // Runs `fn` on the timer context after `delay` (router_.deadlines()), unless the tunnel state
+  // changed by then; replaces the pending wait.
   void arm_timer(std::chrono::nanoseconds delay, void (GrpcFrontend::*fn)());
+  void cancel_timer();  // under mu_ (or in the destructor)
   void on_dial_timeout();
   void on_dial_request_timeout();
   void on_close_timeout();
@@ -157,7 +159,8 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
   std::chrono::steady_clock::time_point dial_started_;
   std::chrono::steady_clock::time_point established_at_;
   bool counted_established_ = false;
-  std::unique_ptr<asio::steady_timer> timer_;
+  // The pending wait (DIAL_REQ, DIAL_RSP or CLOSE_RSP) on router_.deadlines(); 0: none.
+  core::tunnel::Deadlines::Id timer_ = 0;
   // Half-close and idle bounds; created with the dial on tunnels that may half-close or when
   // --tunnel-idle-timeout is set. Touched under mu_ whenever DATA passes.
   std::unique_ptr<core::tunnel::QuietTimer> quiet_;

@@ -38,8 +38,15 @@ std::vector<ProxyStrategy> strategies_of(const ServerOptions& o) {
 
 }  // namespace
 
+// How late a frontend's wait may end, so that waits ending close together share one wake-up.
+constexpr std::chrono::milliseconds kDeadlineSlack{20};
+
 Router::Router(const ServerOptions& options, asio::io_context& timers, ServerMetrics& metrics)
-    : options_(options), backends_(strategies_of(options)), timers_(timers), metrics_(metrics) {
+    : options_(options),
+      backends_(strategies_of(options)),
+      timers_(timers),
+      deadlines_(timers.get_executor(), kDeadlineSlack),
+      metrics_(metrics) {
   pending_.set_gauge(&metrics_.pending);
   for (auto s : strategies_of(options)) metrics_.set_ready(to_string(s), 0);
 }

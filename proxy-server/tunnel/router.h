@@ -7,6 +7,7 @@
 
 #include <asio/io_context.hpp>
 
+#include "core/tunnel/deadlines.h"
 #include "proxy-server/backend/backend_registry.h"
 #include "proxy-server/server_metrics.h"
 #include "proxy-server/server_options.h"
@@ -24,7 +25,8 @@ inline bool from_unix_socket(const std::string& grpc_peer) {
 class TokenReviewer;
 
 // The state every frontend and backend of one proxy-server shares: the options, the connected
-// agents, the dials awaiting an answer, and an io_context for timers. Owned by ServerApp and
+// agents, the dials awaiting an answer, an io_context for timers and the deadlines of the
+// tunnels' waits (run on it). Owned by ServerApp and
 // outliving every reactor (the gRPC servers are shut down before it is destroyed).
 class Router {
  public:
@@ -34,6 +36,9 @@ class Router {
   BackendRegistry& backends() { return backends_; }
   PendingDialTable& pending() { return pending_; }
   asio::io_context& timers() { return timers_; }
+  // A gRPC frontend's waits (for DIAL_REQ, DIAL_RSP, CLOSE_RSP): arming or cancelling one does
+  // not wake the timer thread.
+  core::tunnel::Deadlines& deadlines() { return deadlines_; }
   ServerMetrics& metrics() { return metrics_; }
   // Non-null when agents must present a service-account token (--agent-namespace).
   TokenReviewer* reviewer() { return reviewer_; }
@@ -64,6 +69,7 @@ class Router {
   BackendRegistry backends_;
   PendingDialTable pending_;
   asio::io_context& timers_;
+  core::tunnel::Deadlines deadlines_;
   ServerMetrics& metrics_;
   TokenReviewer* reviewer_ = nullptr;
   std::atomic<int64_t> frontends_{0};  // slots taken (--max-frontend-streams)
