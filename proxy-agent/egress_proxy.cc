@@ -1,8 +1,7 @@
 #include "proxy-agent/egress_proxy.h"
 
-#include <arpa/inet.h>
-
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -268,8 +267,7 @@ bool NoProxyList::matches(std::string_view host_in, int port) const {
     bool port_ok = e.port.empty() || e.port == port_text;
     switch (e.kind) {
       case Entry::Kind::Ip:
-        if (ip && ip->v4 == e.v4 && std::memcmp(ip->bytes, e.addr, e.v4 ? 4 : 16) == 0 &&
-            port_ok) {
+        if (ip && ip->v4 == e.v4 && std::memcmp(ip->bytes, e.addr, e.v4 ? 4 : 16) == 0 && port_ok) {
           return true;
         }
         break;
@@ -351,6 +349,46 @@ std::string EgressProxyConfig::describe() const {
     s += "; never for localhost and loopback";
   }
   return s + ")";
+}
+
+std::string explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
+                                  const std::string& timeout) {
+  // gRPC 1.51's words: "HTTP proxy returned response code 407" (http_connect_handshaker.cc),
+  // "<proxy address>: Failed to connect to remote host: Connection refused" (tcp_client), and
+  // "FD Shutdown" / "Handshake timed out" once the connect deadline ends the handshake.
+  static constexpr std::string_view kCode = "HTTP proxy returned response code ";
+  if (auto at = grpc_error.find(kCode); at != std::string::npos) {
+    std::string code = grpc_error.substr(at + kCode.size(), 3);
+    if (code == "407") {
+      return proxy.has_credentials
+                 ? "the proxy refused the user and password (407 Proxy Authentication Required)"
+                 : "the proxy requires a user and password (407 Proxy Authentication Required)";
+    }
+    if (code == "502" || code == "503" || code == "504") {
+      return "the proxy could not reach the proxy-server (HTTP " + code + ")";
+    }
+    return "the proxy refused the CONNECT (HTTP " + code + ")";
+  }
+  // Before the CONNECT, the only peer is the proxy.
+  if (grpc_error.find("DNS resolution failed") != std::string::npos) {
+    return "the proxy's name does not resolve";
+  }
+  for (const char* unreachable : {"Connection refused", "No route to host",
+                                  "Network is unreachable", "Failed to connect to remote host"}) {
+    if (grpc_error.find(unreachable) != std::string::npos) return "the proxy is unreachable";
+  }
+  for (const char* slow : {"FD Shutdown", "timed out", "Deadline Exceeded", "DEADLINE_EXCEEDED"}) {
+    if (grpc_error.find(slow) != std::string::npos) {
+      return "no tunnel within --server-connect-timeout (" + timeout +
+             "): the proxy did not answer the CONNECT, or the server did not finish TLS";
+    }
+  }
+  return {};
+}
+
+void hide_no_proxy_from_grpc() {
+  ::unsetenv("no_grpc_proxy");
+  ::unsetenv("no_proxy");
 }
 
 }  // namespace konn::agent

@@ -90,4 +90,17 @@ class EgressProxyConfig {
   std::string no_proxy_;
 };
 
+// Reads gRPC's reason for a failed connection attempt through `proxy` and says in plain words what
+// the proxy did: credentials refused or missing (407), CONNECT refused (any other status), proxy
+// unreachable, or no tunnel within `timeout` (the proxy did not answer, or the server did not
+// finish TLS). Empty when the reason is none of these.
+std::string explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
+                                  const std::string& timeout);
+
+// gRPC core (1.51) consults no_grpc_proxy / no_proxy even for a proxy given as a channel argument
+// and matches them by plain suffix, so it could go direct where the agent chose the proxy. The
+// agent decides alone: main() removes both variables, after ProxyEnvironment::from_process() and
+// before any thread starts.
+void hide_no_proxy_from_grpc();
+
 }  // namespace konn::agent

@@ -129,7 +129,8 @@ TEST_CASE("NoProxyList matches as golang.org/x/net/http/httpproxy", "[agent][egr
   }
 }
 
-TEST_CASE("EgressProxyConfig: the flag wins, else HTTPS_PROXY with NO_PROXY", "[agent][egress-proxy]") {
+TEST_CASE("EgressProxyConfig: the flag wins, else HTTPS_PROXY with NO_PROXY",
+          "[agent][egress-proxy]") {
   std::string error;
   SECTION("no flag, no environment: direct") {
     auto c = EgressProxyConfig::resolve("", {}, &error);
@@ -171,4 +172,29 @@ TEST_CASE("EgressProxyConfig: the flag wins, else HTTPS_PROXY with NO_PROXY", "[
     CHECK_FALSE(EgressProxyConfig::resolve("", env, &error));
     CHECK(error.rfind("$HTTPS_PROXY: ", 0) == 0);
   }
+}
+
+TEST_CASE("explain_proxy_failure reads gRPC's reasons in plain words", "[agent][egress-proxy]") {
+  using konn::agent::explain_proxy_failure;
+  std::string error;
+  auto with = *parse_proxy_url("http://u:p@proxy:3128", &error);
+  auto without = *parse_proxy_url("http://proxy:3128", &error);
+  const std::string prefix =
+      "failed to connect to all addresses; last error: UNKNOWN: ipv4:10.0.0.1:3128: ";
+  CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 407", "20s") ==
+        "the proxy refused the user and password (407 Proxy Authentication Required)");
+  CHECK(explain_proxy_failure(without, prefix + "HTTP proxy returned response code 407", "20s") ==
+        "the proxy requires a user and password (407 Proxy Authentication Required)");
+  CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 403", "20s") ==
+        "the proxy refused the CONNECT (HTTP 403)");
+  CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 503", "20s") ==
+        "the proxy could not reach the proxy-server (HTTP 503)");
+  CHECK(explain_proxy_failure(with, prefix + "Failed to connect to remote host: Connection refused",
+                              "20s") == "the proxy is unreachable");
+  CHECK(explain_proxy_failure(with, prefix + "FD Shutdown", "2s")
+            .find("within "
+                  "--server-connect-timeout "
+                  "(2s)") != std::string::npos);
+  CHECK(explain_proxy_failure(with, "stream failed before response headers (Socket closed)", "2s")
+            .empty());
 }
