@@ -359,10 +359,12 @@ std::string explain_proxy_failure(const EgressProxy& proxy, const std::string& g
   static constexpr std::string_view kCode = "HTTP proxy returned response code ";
   if (auto at = grpc_error.find(kCode); at != std::string::npos) {
     std::string code = grpc_error.substr(at + kCode.size(), 3);
-    if (code == "407") {
-      return proxy.has_credentials
-                 ? "the proxy refused the user and password (407 Proxy Authentication Required)"
-                 : "the proxy requires a user and password (407 Proxy Authentication Required)";
+    // 407 is the standard answer; tinyproxy (1.11) answers 401 to wrong proxy credentials.
+    if (code == "407" || code == "401") {
+      const std::string status =
+          code == "407" ? "407 Proxy Authentication Required" : "HTTP 401 Unauthorized";
+      return proxy.has_credentials ? "the proxy refused the user and password (" + status + ")"
+                                   : "the proxy requires a user and password (" + status + ")";
     }
     if (code == "502" || code == "503" || code == "504") {
       return "the proxy could not reach the proxy-server (HTTP " + code + ")";

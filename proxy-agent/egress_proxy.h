@@ -91,9 +91,9 @@ class EgressProxyConfig {
 };
 
 // Reads gRPC's reason for a failed connection attempt through `proxy` and says in plain words what
-// the proxy did: credentials refused or missing (407), CONNECT refused (any other status), proxy
-// unreachable, or no tunnel within `timeout` (the proxy did not answer, or the server did not
-// finish TLS). Empty when the reason is none of these.
+// the proxy did: credentials refused or missing (407, or tinyproxy's 401), CONNECT refused (any
+// other status), proxy unreachable, or no tunnel within `timeout` (the proxy did not answer, or the
+// server did not finish TLS). Empty when the reason is none of these.
 std::string explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
                                   const std::string& timeout);
 

@@ -185,6 +185,8 @@ TEST_CASE("explain_proxy_failure reads gRPC's reasons in plain words", "[agent][
         "the proxy refused the user and password (407 Proxy Authentication Required)");
   CHECK(explain_proxy_failure(without, prefix + "HTTP proxy returned response code 407", "20s") ==
         "the proxy requires a user and password (407 Proxy Authentication Required)");
+  CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 401", "20s") ==
+        "the proxy refused the user and password (HTTP 401 Unauthorized)");
   CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 403", "20s") ==
         "the proxy refused the CONNECT (HTTP 403)");
   CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 503", "20s") ==
