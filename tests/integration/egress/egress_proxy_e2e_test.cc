@@ -126,6 +126,11 @@ TEST_CASE(
   FleetServer server(certs, "s1", {});
   server.start();
 
+  // reliability: proxy-agent | egress proxy (squid) answers the CONNECT with 407: wrong password
+  // reliability+: | no stream; /readyz 503 | warn "cannot connect to proxy-server ... through HTTP
+  // reliability+: proxy http://alice@... (from --proxy-url): the proxy refused the user and password
+  // reliability+: (407 Proxy Authentication Required); ...", no password | agent, retrying with
+  // reliability+: the connect backoff
   SECTION("a wrong password") {
     FleetAgent agent(dir, certs, "a1", server.agent_port(),
                      {"--proxy-url=" + squid.url("alice:not-the-secret")});
@@ -135,12 +140,18 @@ TEST_CASE(
     CHECK(agent.process().log().find("not-the-secret") == npos);
     CHECK(server.ready_agents() == 0);
   }
+  // reliability: proxy-agent | egress proxy (squid) answers 407 to a CONNECT without credentials |
+  // reliability+: no stream; /readyz 503 | warn "...: the proxy requires a user and password (407
+  // reliability+: Proxy Authentication Required); ..." | agent, retrying
   SECTION("no credentials") {
     FleetAgent agent(dir, certs, "a1", server.agent_port(), {"--proxy-url=" + squid.url()});
     check_failing(agent, failure_line(server.agent_port(), squid.url()) +
                              "the proxy requires a user and password (407 Proxy "
                              "Authentication Required)");
   }
+  // reliability: proxy-agent | egress proxy refuses the CONNECT by its rules (squid ACL, tinyproxy
+  // reliability+: ConnectPort) with 403 | no stream; /readyz 503 | warn "...: the proxy refused the
+  // reliability+: CONNECT (HTTP 403); ..." | agent, retrying
   SECTION("a CONNECT the proxy's rules refuse") {
     FleetAgent agent(dir, certs, "a1", refused_port, {"--proxy-url=" + squid.url("alice:secret")});
     check_failing(agent, failure_line(refused_port, squid.url("alice")) +
@@ -181,6 +192,9 @@ TEST_CASE(
     echo_tunnel(server.channel(), echo.address())->close();
     CHECK(proxy.log().find(connect_line) != npos);
   }
+  // reliability: proxy-agent | egress proxy (tinyproxy) answers 401 to wrong BasicAuth credentials
+  // reliability+: | no stream; /readyz 503 | warn "...: the proxy refused the user and password (HTTP
+  // reliability+: 401 Unauthorized); ..." | agent, retrying
   SECTION("wrong credentials: tinyproxy answers 401") {
     Tinyproxy proxy({"alice", "secret", {}, {}});
     FleetAgent agent(dir, certs, "a1", server.agent_port(),
@@ -207,12 +221,18 @@ TEST_CASE(
   FleetServer server(certs, "s1", {});
   server.start();
 
+  // reliability: proxy-agent | egress proxy unreachable (closed port) | no stream; /readyz 503 | warn
+  // reliability+: "...: the proxy is unreachable; ... Connection refused)" | agent, retrying
   SECTION("unreachable") {
     const std::string url =
         "http://127.0.0.1:" + std::to_string(konn::testsupport::free_tcp_port());
     FleetAgent agent(dir, certs, "a1", server.agent_port(), {"--proxy-url=" + url});
     check_failing(agent, failure_line(server.agent_port(), url) + "the proxy is unreachable");
   }
+  // reliability: proxy-agent | egress proxy accepts TCP and never answers the CONNECT | attempt
+  // reliability+: ended after --server-connect-timeout; /readyz 503 | warn "...: no tunnel within
+  // reliability+: --server-connect-timeout (300ms): the proxy did not answer the CONNECT, or the
+  // reliability+: server did not finish TLS; ..." | agent, retrying
   SECTION("accepts the connection and never answers the CONNECT") {
     SilentListener silent;
     const std::string url = "http://127.0.0.1:" + std::to_string(silent.port());
