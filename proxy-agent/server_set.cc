@@ -345,7 +345,10 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     if (!stopping) pending_ = reactor;
   }
   if (stopping) reactor->close(grpc::Status(grpc::StatusCode::CANCELLED, "agent stopping"), true);
-  attempt->timer.expires_after(kHandshakeTimeout);
+  // Bounds the whole attempt (connection, then the server's response headers); never shorter
+  // than the connection's own bound (--server-connect-timeout) plus 10 s.
+  attempt->timer.expires_after(std::max<std::chrono::steady_clock::duration>(
+      kHandshakeTimeout, options_.server_connect_timeout + std::chrono::seconds(10)));
   co_await attempt->timer.async_wait(use_nothrow);
   if (!attempt->done) {
     reactor->close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no response headers"), true);
