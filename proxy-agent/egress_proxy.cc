@@ -61,7 +61,7 @@ std::optional<Ip> parse_ip(std::string_view text) {
   }
   in6_addr a6{};
   if (inet_pton(AF_INET6, s.c_str(), &a6) != 1) return std::nullopt;
-  static const unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  constexpr unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   if (std::memcmp(a6.s6_addr, kMapped, 12) == 0) {
     ip.v4 = true;
     std::memcpy(ip.bytes, a6.s6_addr + 12, 4);
@@ -73,7 +73,7 @@ std::optional<Ip> parse_ip(std::string_view text) {
 
 bool is_loopback(const Ip& ip) {
   if (ip.v4) return ip.bytes[0] == 127;
-  static const unsigned char kOne[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  constexpr unsigned char kOne[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
   return std::memcmp(ip.bytes, kOne, 16) == 0;
 }
 

@@ -40,9 +40,9 @@ std::string proxy_url(uint16_t port, const std::string& userinfo) {
          "127.0.0.1:" + std::to_string(port);
 }
 
-const char* kSquid = "/usr/sbin/squid";
-const char* kSquidAuth = "/usr/lib/squid/basic_ncsa_auth";
-const char* kTinyproxy = "/usr/bin/tinyproxy";
+constexpr const char* kSquid = "/usr/sbin/squid";
+constexpr const char* kSquidAuth = "/usr/lib/squid/basic_ncsa_auth";
+constexpr const char* kTinyproxy = "/usr/bin/tinyproxy";
 
 void require_installed(const char* path, const char* package) {
   if (::access(path, X_OK) != 0) {
@@ -53,7 +53,7 @@ void require_installed(const char* path, const char* package) {
 
 }  // namespace
 
-SquidProxy::SquidProxy(ProxyConfig config) : port_(testsupport::free_tcp_port()) {
+SquidProxy::SquidProxy(const ProxyConfig& config) : port_(testsupport::free_tcp_port()) {
   require_installed(kSquid, "squid");
   open_to_all(dir_.path(), 0777);
   std::ostringstream conf;
@@ -118,7 +118,7 @@ std::string SquidProxy::url(const std::string& userinfo) const {
 
 std::string SquidProxy::access_log() const { return read_file(dir_.file("access.log")); }
 
-Tinyproxy::Tinyproxy(ProxyConfig config) : port_(testsupport::free_tcp_port()) {
+Tinyproxy::Tinyproxy(const ProxyConfig& config) : port_(testsupport::free_tcp_port()) {
   require_installed(kTinyproxy, "tinyproxy");
   open_to_all(dir_.path(), 0777);
   std::ostringstream conf;

@@ -32,7 +32,7 @@ struct ProxyConfig {
 // with squid's log when squid is missing or does not come up.
 class SquidProxy {
  public:
-  explicit SquidProxy(ProxyConfig config);
+  explicit SquidProxy(const ProxyConfig& config);
   ~SquidProxy();
   SquidProxy(const SquidProxy&) = delete;
   SquidProxy& operator=(const SquidProxy&) = delete;
@@ -54,7 +54,7 @@ class SquidProxy {
 // "Request ...: CONNECT host:port HTTP/1.1" when the CONNECT arrives.
 class Tinyproxy {
  public:
-  explicit Tinyproxy(ProxyConfig config);
+  explicit Tinyproxy(const ProxyConfig& config);
   ~Tinyproxy();
   Tinyproxy(const Tinyproxy&) = delete;
   Tinyproxy& operator=(const Tinyproxy&) = delete;

@@ -17,7 +17,7 @@ using konn::testsupport::TcpBalancer;
 
 namespace {
 
-constexpr auto npos = std::string::npos;
+constexpr auto kNpos = std::string::npos;
 
 // The start of the agent's line for a failed attempt to 127.0.0.1:<server_port> through a proxy
 // given with --proxy-url (shown as `redacted_url`).
@@ -32,7 +32,7 @@ int readyz(const FleetAgent& agent) {
 
 size_t count(const std::string& text, const std::string& needle) {
   size_t n = 0;
-  for (size_t at = text.find(needle); at != npos; at = text.find(needle, at + 1)) ++n;
+  for (size_t at = text.find(needle); at != kNpos; at = text.find(needle, at + 1)) ++n;
   return n;
 }
 
@@ -70,17 +70,17 @@ TEST_CASE(
   REQUIRE(eventually([&] { return agent.servers() == 1; }, 10s));
   CHECK(readyz(agent) == 200);
   REQUIRE(eventually([&] { return server.ready_agents() == 1; }, 10s));
-  echo_tunnel(server.channel(), echo.address(), std::string(256 * 1024, 'x'))->close();
+  echo_tunnel(server.channel(), echo.address(), std::string(size_t{256} * 1024, 'x'))->close();
   CHECK(agent.process().log().find("egress HTTP proxy towards the proxy-servers: http://alice@" +
-                                   squid.url().substr(7) + " (from --proxy-url)") != npos);
-  CHECK(agent.process().log().find("p@ss") == npos);
+                                   squid.url().substr(7) + " (from --proxy-url)") != kNpos);
+  CHECK(agent.process().log().find("p@ss") == kNpos);
 
   // squid writes a tunnel's line when the tunnel ends.
   agent.process().terminate(5s);
   INFO(squid.access_log());
-  CHECK(eventually([&] { return squid.access_log().find("TCP_TUNNEL/200") != npos; }, 5s));
+  CHECK(eventually([&] { return squid.access_log().find("TCP_TUNNEL/200") != kNpos; }, 5s));
   CHECK(squid.access_log().find("CONNECT 127.0.0.1:" + std::to_string(server.agent_port()) +
-                                " alice ") != npos);
+                                " alice ") != kNpos);
 }
 
 TEST_CASE("egress: two servers through one squid without authentication, with --server-count",
@@ -128,16 +128,16 @@ TEST_CASE(
 
   // reliability: proxy-agent | egress proxy (squid) answers the CONNECT with 407: wrong password
   // reliability+: | no stream; /readyz 503 | warn "cannot connect to proxy-server ... through HTTP
-  // reliability+: proxy http://alice@... (from --proxy-url): the proxy refused the user and password
-  // reliability+: (407 Proxy Authentication Required); ...", no password | agent, retrying with
-  // reliability+: the connect backoff
+  // reliability+: proxy http://alice@... (from --proxy-url): the proxy refused the user and
+  // password reliability+: (407 Proxy Authentication Required); ...", no password | agent, retrying
+  // with reliability+: the connect backoff
   SECTION("a wrong password") {
     FleetAgent agent(dir, certs, "a1", server.agent_port(),
                      {"--proxy-url=" + squid.url("alice:not-the-secret")});
     check_failing(agent, failure_line(server.agent_port(), squid.url("alice")) +
                              "the proxy refused the user and password (407 Proxy "
                              "Authentication Required)");
-    CHECK(agent.process().log().find("not-the-secret") == npos);
+    CHECK(agent.process().log().find("not-the-secret") == kNpos);
     CHECK(server.ready_agents() == 0);
   }
   // reliability: proxy-agent | egress proxy (squid) answers 407 to a CONNECT without credentials |
@@ -180,8 +180,8 @@ TEST_CASE(
     REQUIRE(eventually([&] { return agent.servers() == 1; }, 10s));
     CHECK(readyz(agent) == 200);
     REQUIRE(eventually([&] { return server.ready_agents() == 1; }, 10s));
-    echo_tunnel(server.channel(), echo.address(), std::string(256 * 1024, 'y'))->close();
-    CHECK(proxy.log().find(connect_line) != npos);
+    echo_tunnel(server.channel(), echo.address(), std::string(size_t{256} * 1024, 'y'))->close();
+    CHECK(proxy.log().find(connect_line) != kNpos);
   }
   SECTION("without authentication") {
     Tinyproxy proxy({});
@@ -190,11 +190,11 @@ TEST_CASE(
     REQUIRE(eventually([&] { return agent.servers() == 1; }, 10s));
     REQUIRE(eventually([&] { return server.ready_agents() == 1; }, 10s));
     echo_tunnel(server.channel(), echo.address())->close();
-    CHECK(proxy.log().find(connect_line) != npos);
+    CHECK(proxy.log().find(connect_line) != kNpos);
   }
   // reliability: proxy-agent | egress proxy (tinyproxy) answers 401 to wrong BasicAuth credentials
-  // reliability+: | no stream; /readyz 503 | warn "...: the proxy refused the user and password (HTTP
-  // reliability+: 401 Unauthorized); ..." | agent, retrying
+  // reliability+: | no stream; /readyz 503 | warn "...: the proxy refused the user and password
+  // (HTTP reliability+: 401 Unauthorized); ..." | agent, retrying
   SECTION("wrong credentials: tinyproxy answers 401") {
     Tinyproxy proxy({"alice", "secret", {}, {}});
     FleetAgent agent(dir, certs, "a1", server.agent_port(),
@@ -221,8 +221,8 @@ TEST_CASE(
   FleetServer server(certs, "s1", {});
   server.start();
 
-  // reliability: proxy-agent | egress proxy unreachable (closed port) | no stream; /readyz 503 | warn
-  // reliability+: "...: the proxy is unreachable; ... Connection refused)" | agent, retrying
+  // reliability: proxy-agent | egress proxy unreachable (closed port) | no stream; /readyz 503 |
+  // warn reliability+: "...: the proxy is unreachable; ... Connection refused)" | agent, retrying
   SECTION("unreachable") {
     const std::string url =
         "http://127.0.0.1:" + std::to_string(konn::testsupport::free_tcp_port());
@@ -266,9 +266,9 @@ TEST_CASE(
   echo_tunnel(server.channel(), echo.address())->close();
   CHECK(agent.process().log().find("egress HTTP proxy towards the proxy-servers: " + squid.url() +
                                    " (from HTTPS_PROXY, no NO_PROXY; never for localhost and "
-                                   "loopback)") != npos);
+                                   "loopback)") != kNpos);
   agent.process().terminate(5s);
   // A tunnel through squid would be logged within milliseconds of the agent's exit.
   INFO(squid.access_log());
-  CHECK_FALSE(eventually([&] { return squid.access_log().find("CONNECT") != npos; }, 500ms));
+  CHECK_FALSE(eventually([&] { return squid.access_log().find("CONNECT") != kNpos; }, 500ms));
 }
