@@ -2,18 +2,23 @@
 // squid and tinyproxy (started here on loopback), with and without Basic authentication; the
 // proxy's refusals, an unreachable proxy and a silent one each give one clear, retried log line.
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
+#include "core/kube/lease.h"
 #include "tests/integration/egress/egress_proxies.h"
 #include "tests/integration/ha/ha_fleet.h"
 #include "tests/integration/ha/ha_test_util.h"
 #include "tests/integration/tunnel/e2e_macros.h"
 #include "tests/support/echo_server.h"
+#include "tests/support/fake_apiserver.h"
 #include "tests/support/loopback.h"
 #include "tests/support/tcp_balancer.h"
 
 using namespace konn::e2e;
 using konn::testsupport::eventually;
+using konn::testsupport::FakeApiserver;
 using konn::testsupport::TcpBalancer;
+using nlohmann::json;
 
 namespace {
 
@@ -83,25 +88,53 @@ TEST_CASE(
                                 " alice ") != kNpos);
 }
 
-TEST_CASE("egress: two servers through one squid without authentication, with --server-count",
-          "[e2e][egress]") {
+TEST_CASE(
+    "egress: two servers through one squid without authentication, counted by "
+    "--server-count or by their Leases",
+    "[e2e][egress]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();
   konn::testsupport::TempDir dir{"konn-egress"};
   konn::testsupport::EchoServer echo;
+  FakeApiserver api(certs.server_crt, certs.server_key, "lease-caller");
   SquidProxy squid({});
+  std::vector<std::string> server_args;
+  std::vector<std::string> agent_args{"--proxy-url=" + squid.url()};
+  SECTION("--server-count=2") { server_args = {"--server-count=2"}; }
+  SECTION("--count-server-leases, the servers saying 1") {
+    // Two valid Leases are all that tells the agent there is a second server. The lease list
+    // goes to kube-apiserver directly, not through the proxy.
+    server_args = {"--server-count=1"};
+    for (const char* id : {"s1", "s2"}) {
+      json lease = {
+          {"apiVersion", "coordination.k8s.io/v1"},
+          {"kind", "Lease"},
+          {"metadata",
+           {{"name", std::string("konnectivity-proxy-server-") + id},
+            {"labels", {{"k8s-app", "konnectivity-server"}}}}},
+          {"spec",
+           {{"holderIdentity", id},
+            {"leaseDurationSeconds", 3600},
+            {"renewTime", konn::core::kube::format_micro_time(std::chrono::system_clock::now())}}}};
+      api.put_lease("kube-system", lease.dump());
+    }
+    agent_args.insert(
+        agent_args.end(),
+        {"--count-server-leases", "--kubeconfig=" + api.write_kubeconfig(dir.path(), certs.ca_crt),
+         "--lease-poll-interval=1s"});
+  }
   TcpBalancer lb;
   std::vector<std::unique_ptr<FleetServer>> servers;
   for (const char* id : {"s1", "s2"}) {
-    servers.push_back(
-        std::make_unique<FleetServer>(certs, id, std::vector<std::string>{"--server-count=2"}));
+    servers.push_back(std::make_unique<FleetServer>(certs, id, server_args));
     servers.back()->start();
   }
   lb.set_backends({servers[0]->agent_port(), servers[1]->agent_port()});
-  FleetAgent agent(dir, certs, "a1", lb.port(), {"--proxy-url=" + squid.url()});
+  FleetAgent agent(dir, certs, "a1", lb.port(), agent_args);
   INFO(agent.process().log());
   REQUIRE(eventually([&] { return agent.servers() == 2; }, 20s));
   CHECK(readyz(agent) == 200);
+  CHECK(agent.metric("konnectivity_network_proxy_agent_known_server_count") == 2);
   for (auto& s : servers) {
     INFO("server " << s->id());
     REQUIRE(eventually([&] { return s->ready_agents() == 1; }, 10s));
@@ -126,11 +159,11 @@ TEST_CASE(
   FleetServer server(certs, "s1", {});
   server.start();
 
-  // reliability: proxy-agent | egress proxy (squid) answers the CONNECT with 407: wrong password
-  // reliability+: | no stream; /readyz 503 | warn "cannot connect to proxy-server ... through HTTP
-  // reliability+: proxy http://alice@... (from --proxy-url): the proxy refused the user and
-  // password reliability+: (407 Proxy Authentication Required); ...", no password | agent, retrying
-  // with reliability+: the connect backoff
+  // reliability: proxy-agent | egress proxy (squid) answers the CONNECT with 407: wrong
+  // reliability+: password | no stream; /readyz 503 | warn "cannot connect to proxy-server ...
+  // reliability+: through HTTP proxy http://alice@... (from --proxy-url): the proxy refused the
+  // reliability+: user and password (407 Proxy Authentication Required); ...", no password |
+  // reliability+: agent, retrying with the connect backoff
   SECTION("a wrong password") {
     FleetAgent agent(dir, certs, "a1", server.agent_port(),
                      {"--proxy-url=" + squid.url("alice:not-the-secret")});
@@ -192,9 +225,9 @@ TEST_CASE(
     echo_tunnel(server.channel(), echo.address())->close();
     CHECK(proxy.log().find(connect_line) != kNpos);
   }
-  // reliability: proxy-agent | egress proxy (tinyproxy) answers 401 to wrong BasicAuth credentials
-  // reliability+: | no stream; /readyz 503 | warn "...: the proxy refused the user and password
-  // (HTTP reliability+: 401 Unauthorized); ..." | agent, retrying
+  // reliability: proxy-agent | egress proxy (tinyproxy) answers 401 to wrong BasicAuth
+  // reliability+: credentials | no stream; /readyz 503 | warn "...: the proxy refused the user
+  // reliability+: and password (HTTP 401 Unauthorized); ..." | agent, retrying
   SECTION("wrong credentials: tinyproxy answers 401") {
     Tinyproxy proxy({"alice", "secret", {}, {}});
     FleetAgent agent(dir, certs, "a1", server.agent_port(),
@@ -222,7 +255,8 @@ TEST_CASE(
   server.start();
 
   // reliability: proxy-agent | egress proxy unreachable (closed port) | no stream; /readyz 503 |
-  // warn reliability+: "...: the proxy is unreachable; ... Connection refused)" | agent, retrying
+  // reliability+: warn "...: the proxy is unreachable; ... Connection refused)" | agent,
+  // reliability+: retrying
   SECTION("unreachable") {
     const std::string url =
         "http://127.0.0.1:" + std::to_string(konn::testsupport::free_tcp_port());
