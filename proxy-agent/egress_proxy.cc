@@ -351,8 +351,8 @@ std::string EgressProxyConfig::describe() const {
   return s + ")";
 }
 
-std::string explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
-                                  const std::string& timeout) {
+ProxyFailure explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
+                                   const std::string& timeout) {
   // gRPC 1.51's words: "HTTP proxy returned response code 407" (http_connect_handshaker.cc),
   // "<proxy address>: Failed to connect to remote host: Connection refused" (tcp_client), and
   // "FD Shutdown" / "Handshake timed out" once the connect deadline ends the handshake.
@@ -363,29 +363,34 @@ std::string explain_proxy_failure(const EgressProxy& proxy, const std::string& g
     if (code == "407" || code == "401") {
       const std::string status =
           code == "407" ? "407 Proxy Authentication Required" : "HTTP 401 Unauthorized";
-      return proxy.has_credentials ? "the proxy refused the user and password (" + status + ")"
-                                   : "the proxy requires a user and password (" + status + ")";
+      return {ProxyFailure::Auth, proxy.has_credentials
+                                      ? "the proxy refused the user and password (" + status + ")"
+                                      : "the proxy requires a user and password (" + status + ")"};
     }
     if (code == "502" || code == "503" || code == "504") {
-      return "the proxy could not reach the proxy-server (HTTP " + code + ")";
+      return {ProxyFailure::ServerUnreachable,
+              "the proxy could not reach the proxy-server (HTTP " + code + ")"};
     }
-    return "the proxy refused the CONNECT (HTTP " + code + ")";
+    return {ProxyFailure::Refused, "the proxy refused the CONNECT (HTTP " + code + ")"};
   }
   // Before the CONNECT, the only peer is the proxy.
   if (grpc_error.find("DNS resolution failed") != std::string::npos) {
-    return "the proxy's name does not resolve";
+    return {ProxyFailure::ProxyUnreachable, "the proxy's name does not resolve"};
   }
   for (const char* unreachable : {"Connection refused", "No route to host",
                                   "Network is unreachable", "Failed to connect to remote host"}) {
-    if (grpc_error.find(unreachable) != std::string::npos) return "the proxy is unreachable";
+    if (grpc_error.find(unreachable) != std::string::npos) {
+      return {ProxyFailure::ProxyUnreachable, "the proxy is unreachable"};
+    }
   }
   for (const char* slow : {"FD Shutdown", "timed out", "Deadline Exceeded", "DEADLINE_EXCEEDED"}) {
     if (grpc_error.find(slow) != std::string::npos) {
-      return "no tunnel within --server-connect-timeout (" + timeout +
-             "): the proxy did not answer the CONNECT, or the server did not finish TLS";
+      return {ProxyFailure::Timeout,
+              "no tunnel within --server-connect-timeout (" + timeout +
+                  "): the proxy did not answer the CONNECT, or the server did not finish TLS"};
     }
   }
-  return {};
+  return {ProxyFailure::Other, {}};
 }
 
 void hide_no_proxy_from_grpc() {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -90,12 +91,30 @@ class EgressProxyConfig {
   std::string no_proxy_;
 };
 
+// What went wrong with an attempt through a proxy, as far as gRPC's reason tells
+// (konn_agent_egress_proxy_failures_total{reason}).
+struct ProxyFailure {
+  enum Reason {
+    Auth,               // 407 (or tinyproxy's 401): credentials missing or refused
+    Refused,            // any other status: the proxy's rules refused the CONNECT
+    ServerUnreachable,  // 502/503/504: the proxy could not reach the proxy-server
+    ProxyUnreachable,   // the proxy's address refused, unreachable or unresolvable
+    Timeout,            // no tunnel within --server-connect-timeout
+    Other,              // anything else (TLS, the server's answer): gRPC's reason alone
+    kReasons
+  };
+  static constexpr std::array<const char*, kReasons> kReasonNames{
+      "auth", "refused", "server_unreachable", "proxy_unreachable", "timeout", "other"};
+  Reason reason = Other;
+  std::string text;  // plain words for the log; empty for Other
+};
+
 // Reads gRPC's reason for a failed connection attempt through `proxy` and says in plain words what
 // the proxy did: credentials refused or missing (407, or tinyproxy's 401), CONNECT refused (any
-// other status), proxy unreachable, or no tunnel within `timeout` (the proxy did not answer, or the
-// server did not finish TLS). Empty when the reason is none of these.
-std::string explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
-                                  const std::string& timeout);
+// other status), proxy unreachable, or no tunnel within `timeout` (the proxy did not answer, or
+// the server did not finish TLS).
+ProxyFailure explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
+                                   const std::string& timeout);
 
 // gRPC core (1.51) consults no_grpc_proxy / no_proxy even for a proxy given as a channel argument
 // and matches them by plain suffix, so it could go direct where the agent chose the proxy. The

@@ -370,13 +370,14 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     case Outcome::Failed:
       stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
       if (proxy) {
-        std::string hint = explain_proxy_failure(
+        auto failure = explain_proxy_failure(
             *proxy, attempt->why,
             core::config::format_go_duration(options_.server_connect_timeout));
+        stats_->egress_proxy_failures[failure.reason].fetch_add(1, std::memory_order_relaxed);
         KONN_LOG((&logger()), warn,
                  "cannot connect to proxy-server {} through HTTP proxy {} (from {}): {}{}",
                  reactor->target(), proxy->redacted(), proxy->source,
-                 hint.empty() ? "" : hint + "; ", attempt->why);
+                 failure.text.empty() ? "" : failure.text + "; ", attempt->why);
       } else {
         KONN_LOG((&logger()), warn, "cannot connect to proxy-server {}: {}", reactor->target(),
                  attempt->why);

@@ -41,12 +41,15 @@ size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
-// The agent keeps running and retrying, and is not ready.
-void check_failing(FleetAgent& agent, const std::string& line) {
+// The agent keeps running and retrying, is not ready, and counts the failures under `reason`
+// (konn_agent_egress_proxy_failures_total).
+void check_failing(FleetAgent& agent, const std::string& line, const std::string& reason) {
   INFO(agent.process().log());
   CHECK(agent.process().wait_for_log(line, 10s, 2));  // logged, then logged again: retried
   CHECK(agent.process().running());
   CHECK(readyz(agent) == 503);
+  CHECK(agent.metric("konn_agent_egress_proxy_failures_total", {{"reason", reason}}).value_or(0) >=
+        2);
 }
 
 }  // namespace
@@ -167,9 +170,11 @@ TEST_CASE(
   SECTION("a wrong password") {
     FleetAgent agent(dir, certs, "a1", server.agent_port(),
                      {"--proxy-url=" + squid.url("alice:not-the-secret")});
-    check_failing(agent, failure_line(server.agent_port(), squid.url("alice")) +
-                             "the proxy refused the user and password (407 Proxy "
-                             "Authentication Required)");
+    check_failing(agent,
+                  failure_line(server.agent_port(), squid.url("alice")) +
+                      "the proxy refused the user and password (407 Proxy "
+                      "Authentication Required)",
+                  "auth");
     CHECK(agent.process().log().find("not-the-secret") == kNpos);
     CHECK(server.ready_agents() == 0);
   }
@@ -178,17 +183,21 @@ TEST_CASE(
   // reliability+: Proxy Authentication Required); ..." | agent, retrying
   SECTION("no credentials") {
     FleetAgent agent(dir, certs, "a1", server.agent_port(), {"--proxy-url=" + squid.url()});
-    check_failing(agent, failure_line(server.agent_port(), squid.url()) +
-                             "the proxy requires a user and password (407 Proxy "
-                             "Authentication Required)");
+    check_failing(agent,
+                  failure_line(server.agent_port(), squid.url()) +
+                      "the proxy requires a user and password (407 Proxy "
+                      "Authentication Required)",
+                  "auth");
   }
   // reliability: proxy-agent | egress proxy refuses the CONNECT by its rules (squid ACL, tinyproxy
   // reliability+: ConnectPort) with 403 | no stream; /readyz 503 | warn "...: the proxy refused the
   // reliability+: CONNECT (HTTP 403); ..." | agent, retrying
   SECTION("a CONNECT the proxy's rules refuse") {
     FleetAgent agent(dir, certs, "a1", refused_port, {"--proxy-url=" + squid.url("alice:secret")});
-    check_failing(agent, failure_line(refused_port, squid.url("alice")) +
-                             "the proxy refused the CONNECT (HTTP 403)");
+    check_failing(
+        agent,
+        failure_line(refused_port, squid.url("alice")) + "the proxy refused the CONNECT (HTTP 403)",
+        "refused");
   }
 }
 
@@ -232,15 +241,18 @@ TEST_CASE(
     Tinyproxy proxy({"alice", "secret", {}, {}});
     FleetAgent agent(dir, certs, "a1", server.agent_port(),
                      {"--proxy-url=" + proxy.url("alice:wrong")});
-    check_failing(agent, failure_line(server.agent_port(), proxy.url("alice")) +
-                             "the proxy refused the user and password (HTTP 401 Unauthorized)");
+    check_failing(agent,
+                  failure_line(server.agent_port(), proxy.url("alice")) +
+                      "the proxy refused the user and password (HTTP 401 Unauthorized)",
+                  "auth");
   }
   SECTION("a port outside ConnectPort: 403") {
     Tinyproxy proxy({"", "", {}, {server.agent_port()}});
     const uint16_t other_port = konn::testsupport::free_tcp_port();
     FleetAgent agent(dir, certs, "a1", other_port, {"--proxy-url=" + proxy.url()});
     check_failing(
-        agent, failure_line(other_port, proxy.url()) + "the proxy refused the CONNECT (HTTP 403)");
+        agent, failure_line(other_port, proxy.url()) + "the proxy refused the CONNECT (HTTP 403)",
+        "refused");
   }
 }
 
@@ -261,7 +273,8 @@ TEST_CASE(
     const std::string url =
         "http://127.0.0.1:" + std::to_string(konn::testsupport::free_tcp_port());
     FleetAgent agent(dir, certs, "a1", server.agent_port(), {"--proxy-url=" + url});
-    check_failing(agent, failure_line(server.agent_port(), url) + "the proxy is unreachable");
+    check_failing(agent, failure_line(server.agent_port(), url) + "the proxy is unreachable",
+                  "proxy_unreachable");
   }
   // reliability: proxy-agent | egress proxy accepts TCP and never answers the CONNECT | attempt
   // reliability+: ended after --server-connect-timeout; /readyz 503 | warn "...: no tunnel within
@@ -272,9 +285,11 @@ TEST_CASE(
     const std::string url = "http://127.0.0.1:" + std::to_string(silent.port());
     FleetAgent agent(dir, certs, "a1", server.agent_port(),
                      {"--proxy-url=" + url, "--server-connect-timeout=300ms"});
-    check_failing(agent, failure_line(server.agent_port(), url) +
-                             "no tunnel within --server-connect-timeout (300ms): the proxy did "
-                             "not answer the CONNECT, or the server did not finish TLS");
+    check_failing(agent,
+                  failure_line(server.agent_port(), url) +
+                      "no tunnel within --server-connect-timeout (300ms): the proxy did "
+                      "not answer the CONNECT, or the server did not finish TLS",
+                  "timeout");
   }
 }
 
