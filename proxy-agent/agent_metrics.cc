@@ -122,6 +122,17 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
                     .Register(r);
   counter(bytes, {{"direction", "to_endpoint"}}, s.bytes_to_endpoints);
   counter(bytes, {{"direction", "from_endpoint"}}, s.bytes_from_endpoints);
+  auto& proxy_failures = prometheus::BuildCounter()
+                             .Name("konn_agent_egress_proxy_failures_total")
+                             .Help(
+                                 "Connection attempts through the egress HTTP proxy that failed, "
+                                 "by what the proxy did: auth (407/401), refused (other status), "
+                                 "server_unreachable (502-504), proxy_unreachable, timeout, other")
+                             .Register(r);
+  for (int i = 0; i < ProxyFailure::kReasons; ++i) {
+    counter(proxy_failures, {{"reason", ProxyFailure::kReasonNames[i]}},
+            s.egress_proxy_failures[i]);
+  }
   auto& refused = prometheus::BuildCounter()
                       .Name("konn_agent_dials_refused_total")
                       .Help(

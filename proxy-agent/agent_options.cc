@@ -131,6 +131,9 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("proxy-server-host", &proxy_server_hosts,
         "Proxy-server host; a comma-separated list spreads connection attempts over several");
   p.add("proxy-server-port", &proxy_server_port, "Proxy-server agent port");
+  p.add("proxy-url", &proxy_url,
+        "HTTP proxy to reach every proxy-server through (CONNECT), http://[user:pass@]host:port "
+        "(port 80 if absent); empty: HTTPS_PROXY/https_proxy and NO_PROXY/no_proxy as in Go");
   p.add("ca-cert", &ca_cert, "CA that signs the proxy-server certificate (empty: system roots)");
   p.add("agent-cert", &agent_cert, "Client certificate presented to the proxy-server (mTLS)");
   p.add("agent-key", &agent_key, "Key of --agent-cert");
@@ -147,6 +150,9 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("sync-forever", &sync_forever,
         "Keep dialing every sync interval even when connected to every server");
   p.add("keepalive-time", &keepalive_time, "gRPC keepalive ping interval (at least 30s is used)");
+  p.add("server-connect-timeout", &server_connect_timeout,
+        "Bound of one connection attempt to a proxy-server: TCP connect, the egress proxy's "
+        "CONNECT answer and the TLS handshake (at least 100ms)");
   p.add("xfr-channel-size", &xfr_channel_size,
         "Per-connection queue depth in packets (kept for compatibility; must be > 0)");
   p.add("dial-timeout", &dial_timeout, "Timeout of each dial to an endpoint");
@@ -188,6 +194,7 @@ void AgentOptions::apply_environment() {
     const char* env = std::getenv("PROXY_AGENT_ID");
     agent_id = (env != nullptr && *env != '\0') ? env : core::config::make_uuid_v4();
   }
+  proxy_env = ProxyEnvironment::from_process();
 }
 
 std::vector<std::string> AgentOptions::validate() const {
@@ -202,6 +209,10 @@ std::vector<std::string> AgentOptions::validate() const {
     errors.push_back("--proxy-server-port: must be 1-65535, got " +
                      std::to_string(proxy_server_port));
   }
+  std::string proxy_error;
+  if (!EgressProxyConfig::resolve(proxy_url, proxy_env, &proxy_error)) {
+    errors.push_back(proxy_error);
+  }
   if (agent_cert.empty() != agent_key.empty()) {
     errors.push_back("--agent-cert and --agent-key: set both or neither");
   }
@@ -215,6 +226,9 @@ std::vector<std::string> AgentOptions::validate() const {
   }
   if (probe_interval.count() <= 0) errors.push_back("--probe-interval: must be positive");
   if (keepalive_time.count() <= 0) errors.push_back("--keepalive-time: must be positive");
+  if (server_connect_timeout < std::chrono::milliseconds(100)) {
+    errors.push_back("--server-connect-timeout: must be at least 100ms");
+  }
   if (xfr_channel_size <= 0) errors.push_back("--xfr-channel-size: must be greater than 0");
   if (dial_timeout.count() <= 0) errors.push_back("--dial-timeout: must be positive");
   if (half_close_timeout.count() <= 0) {
@@ -256,16 +270,17 @@ void AgentOptions::print(spdlog::logger& log) const {
   log.info(
       "proxy-agent starting: agent-id={} identifiers=\"{}\" servers={}:{} mTLS={} token={} "
       "sync-interval={} sync-interval-cap={} probe-interval={} sync-forever={} "
-      "keepalive-time={} dial-timeout={}",
+      "keepalive-time={} server-connect-timeout={} dial-timeout={}",
       agent_id, agent_identifiers, fmt::join(proxy_server_hosts, ","), proxy_server_port,
       !agent_cert.empty(), service_account_token_path.empty() ? "none" : "from file",
       format_go_duration(sync_interval), format_go_duration(sync_interval_cap),
       format_go_duration(probe_interval), sync_forever, format_go_duration(keepalive_time),
-      format_go_duration(dial_timeout));
+      format_go_duration(server_connect_timeout), format_go_duration(dial_timeout));
   log.info(
       "dials allowed to {}; at most {} endpoint connections (0: no limit); half-close-timeout={}",
       fmt::join(allowed_destinations, ","), max_endpoint_connections,
       format_go_duration(half_close_timeout));
+  log.info("egress HTTP proxy towards the proxy-servers: {}", egress_proxy().describe());
   if (!alpn_protos.empty()) {
     log.warn("--alpn-proto {} ignored: gRPC C++ 1.51 offers only the h2 ALPN id",
              fmt::join(alpn_protos, ","));
@@ -275,6 +290,12 @@ void AgentOptions::print(spdlog::logger& log) const {
              lease_label_selector, lease_namespace, format_go_duration(lease_poll_interval),
              server_count_source);
   }
+}
+
+EgressProxyConfig AgentOptions::egress_proxy() const {
+  std::string error;
+  auto c = EgressProxyConfig::resolve(proxy_url, proxy_env, &error);
+  return c ? *c : EgressProxyConfig{};
 }
 
 }  // namespace konn::agent

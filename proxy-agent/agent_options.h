@@ -8,6 +8,7 @@
 #include "core/config/duration.h"
 #include "core/config/flag_parser.h"
 #include "core/net/destination_policy.h"
+#include "proxy-agent/egress_proxy.h"
 
 namespace konn::agent {
 
@@ -20,6 +21,10 @@ struct AgentOptions {
   // (comma-separated); connection attempts go round-robin over them.
   std::vector<std::string> proxy_server_hosts{"127.0.0.1"};
   int proxy_server_port = 8091;
+  // konn: an HTTP proxy (http://[user:pass@]host:port) every server is reached through with
+  // CONNECT. Empty: HTTPS_PROXY / NO_PROXY decide, as for a Go program (see EgressProxyConfig).
+  std::string proxy_url;
+  ProxyEnvironment proxy_env;  // read by apply_environment()
 
   // TLS towards the server.
   std::string ca_cert;
@@ -38,6 +43,9 @@ struct AgentOptions {
   Duration probe_interval = std::chrono::seconds(1);
   bool sync_forever = false;
   Duration keepalive_time = std::chrono::hours(1);
+  // konn: bounds one connection attempt's TCP connect, proxy CONNECT and TLS handshake (gRPC's
+  // minimum connect timeout, 20s by default there too).
+  Duration server_connect_timeout = std::chrono::seconds(20);
 
   // Tunnels.
   int xfr_channel_size = 150;
@@ -80,12 +88,15 @@ struct AgentOptions {
 
   // Registers every flag, including the accepted-but-ignored upstream ones.
   void register_flags(core::config::FlagParser& parser);
-  // Fills defaults that depend on the environment (agent id from $PROXY_AGENT_ID or a UUID).
+  // Fills defaults that depend on the environment (agent id from $PROXY_AGENT_ID or a UUID) and
+  // reads HTTPS_PROXY / NO_PROXY into proxy_env.
   void apply_environment();
   // Every problem at once, each naming its flag. Empty means usable.
   std::vector<std::string> validate() const;
   // One startup line with the effective settings; never the token.
   void print(spdlog::logger& log) const;
+  // The proxy decision from proxy_url and proxy_env; validate() has checked it.
+  EgressProxyConfig egress_proxy() const;
 };
 
 // Checks an --agent-identifiers value: a URL query string whose keys are ipv4, ipv6, host, cidr

@@ -188,3 +188,18 @@ TEST_CASE("the agent's half-close timeout defaults to 30s and must be positive",
   CHECK(s.options.half_close_timeout == std::chrono::seconds(2));
   CHECK(mentions(parse({"--half-close-timeout=0s"}).errors, "--half-close-timeout"));
 }
+
+TEST_CASE("agent --proxy-url and --server-connect-timeout", "[agent][options][egress-proxy]") {
+  auto p = parse({"--proxy-url=http://u:p%40ss@proxy.corp:3128", "--server-connect-timeout=2s"});
+  CHECK(p.errors.empty());
+  CHECK(p.options.server_connect_timeout == std::chrono::seconds(2));
+  auto proxy = p.options.egress_proxy().proxy_for("konn.example", 8091);
+  REQUIRE(proxy);
+  CHECK(proxy->address() == "proxy.corp:3128");
+  CHECK(proxy->password == "p@ss");
+
+  CHECK(parse({}).options.server_connect_timeout == std::chrono::seconds(20));
+  auto bad = parse({"--proxy-url=socks5://proxy:1080", "--server-connect-timeout=10ms"});
+  CHECK(mentions(bad.errors, "--proxy-url: scheme \"socks5\" is not supported"));
+  CHECK(mentions(bad.errors, "--server-connect-timeout: must be at least 100ms"));
+}

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/tunnel/packet.h"
+#include "proxy-agent/egress_proxy.h"
 
 namespace konn::agent {
 
@@ -48,6 +49,9 @@ struct AgentStats {
   enum Limit { LimitEndpointConnections, kLimits };
   static constexpr std::array<const char*, kLimits> kLimitNames{"endpoint_connections"};
   std::array<std::atomic<uint64_t>, kLimits> limits_hit{};
+  // Failed connection attempts through an egress HTTP proxy, by ProxyFailure::Reason
+  // (konn_agent_egress_proxy_failures_total{reason}; also in server_connect_failures).
+  std::array<std::atomic<uint64_t>, ProxyFailure::kReasons> egress_proxy_failures{};
   // Endpoint connections that exist (dialling, open or closing): what
   // --max-endpoint-connections bounds.
   std::atomic<int64_t> endpoint_slots{0};

@@ -15,10 +15,11 @@ struct Run {
   std::string output;  // stdout and stderr
 };
 
-Run run_agent(const std::string& args) {
+// `env`: NAME=value assignments put before the command.
+Run run_agent(const std::string& args, const std::string& env = "") {
   const char* dir = std::getenv("KONN_BIN_DIR");
   std::string bin = std::string(dir != nullptr ? dir : KONN_AGENT_TEST_BIN_DIR) + "/proxy-agent";
-  std::string cmd = "timeout 20 '" + bin + "' " + args + " 2>&1";
+  std::string cmd = env + " timeout 20 '" + bin + "' " + args + " 2>&1";
   Run r;
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -57,4 +58,23 @@ TEST_CASE("proxy-agent names every bad flag and exits 1", "[agent][binary]") {
   auto value = run_agent("--keepalive-time=often");
   CHECK(value.exit_code == 1);
   CHECK(value.output.find("--keepalive-time") != std::string::npos);
+}
+
+TEST_CASE("proxy-agent refuses a bad --proxy-url or HTTPS_PROXY at start-up", "[agent][binary]") {
+  auto scheme = run_agent("--proxy-url=https://proxy:3128");
+  CHECK(scheme.exit_code == 1);
+  CHECK(scheme.output.find("--proxy-url: scheme \"https\" is not supported") != std::string::npos);
+
+  auto port = run_agent("--proxy-url=http://u:secret@proxy:99999");
+  CHECK(port.exit_code == 1);
+  CHECK(port.output.find("--proxy-url: proxy port \"99999\" is not 1-65535") != std::string::npos);
+  CHECK(port.output.find("secret") == std::string::npos);
+
+  auto env = run_agent("", "HTTPS_PROXY=socks5://proxy:1080");
+  CHECK(env.exit_code == 1);
+  CHECK(env.output.find("$HTTPS_PROXY: scheme \"socks5\"") != std::string::npos);
+
+  // The flag wins: a bad environment does not matter then.
+  auto both = run_agent("--check-config --proxy-url=http://proxy:3128", "HTTPS_PROXY=socks5://x");
+  CHECK(both.exit_code == 0);
 }

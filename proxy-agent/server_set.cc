@@ -9,6 +9,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include "core/config/duration.h"
 #include "core/log/log_macros.h"
 #include "core/tls/grpc_credentials.h"
 #include "proxy-agent/backoff.h"
@@ -31,6 +32,10 @@ constexpr std::chrono::seconds kMinKeepalive{30};
 // After our read side ended (we half-closed), the server has this many probe intervals (5 s by
 // default) to end the stream before the probe cancels it: a server answers a half-close at once.
 constexpr int kEndGraceProbes = 5;
+// gRPC core's GRPC_ARG_HTTP_CONNECT_HEADERS (not in its public headers): "Name:value" lines,
+// separated by '\n', sent with the CONNECT. Its proxy mapper sets it only when the proxy URL has
+// userinfo, which ours never has, so this value is the one sent.
+constexpr const char* kHttpConnectHeadersArg = "grpc.http_connect_headers";
 
 std::string join_host_port(const std::string& host, int port) {
   bool v6 = host.find(':') != std::string::npos && host.front() != '[';
@@ -49,7 +54,12 @@ struct ServerSet::Attempt {
 
 ServerSet::ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
                      core::tunnel::CompletionDriver& driver, std::shared_ptr<AgentStats> stats)
-    : options_(options), pool_(pool), ctx_(ctx), driver_(driver), stats_(std::move(stats)) {
+    : options_(options),
+      pool_(pool),
+      ctx_(ctx),
+      driver_(driver),
+      stats_(std::move(stats)),
+      egress_(options.egress_proxy()) {
   std::string error;
   auto policy = core::net::DestinationPolicy::parse(options_.allowed_destinations, &error);
   if (!policy) {
@@ -209,10 +219,16 @@ core::io::Awaitable<void> ServerSet::probe_loop() {
   }
 }
 
-std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config) {
+std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config,
+                                                          std::optional<EgressProxy>* proxy) {
   const std::string& host =
       options_.proxy_server_hosts[next_host_++ % options_.proxy_server_hosts.size()];
   config->target = join_host_port(host, options_.proxy_server_port);
+  std::string_view bare = host;
+  if (bare.size() > 2 && bare.front() == '[' && bare.back() == ']') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  *proxy = egress_.proxy_for(bare, options_.proxy_server_port);
   config->agent_id = options_.agent_id;
   config->agent_identifiers = options_.agent_identifiers;
   config->endpoint.dial_timeout =
@@ -265,12 +281,34 @@ std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config) 
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
+  // In gRPC 1.51 this argument is the subchannel's minimum connect timeout (the deadline of TCP
+  // connect, HTTP CONNECT and TLS handshake); each attempt has its own channel, so its reconnect
+  // backoff never comes into play.
+  args.SetInt(
+      GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+      static_cast<int>(std::min<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(options_.server_connect_timeout)
+              .count(),
+          INT32_MAX)));
+  if (*proxy) {
+    // gRPC's own HTTP CONNECT handshaker: CONNECT <target> to the proxy, then TLS (verified
+    // against the target's name) and HTTP/2 inside. The URL carries no userinfo: gRPC would
+    // split it at every '@' of a decoded password; the header is set here instead.
+    args.SetString(GRPC_ARG_HTTP_PROXY, "http://" + (*proxy)->address());
+    if ((*proxy)->has_credentials) {
+      args.SetString(kHttpConnectHeadersArg, "Proxy-Authorization:" + (*proxy)->authorization());
+    }
+  } else {
+    // Direct: gRPC must not pick up grpc_proxy / https_proxy / http_proxy on its own.
+    args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  }
   return grpc::CreateCustomChannel(config->target, creds, args);
 }
 
 core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
   StreamConfig config;
-  auto channel = prepare_attempt(&config);
+  std::optional<EgressProxy> proxy;
+  auto channel = prepare_attempt(&config, &proxy);
   if (!channel) {
     stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
     co_return Outcome::Failed;
@@ -307,7 +345,10 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     if (!stopping) pending_ = reactor;
   }
   if (stopping) reactor->close(grpc::Status(grpc::StatusCode::CANCELLED, "agent stopping"), true);
-  attempt->timer.expires_after(kHandshakeTimeout);
+  // Bounds the whole attempt (connection, then the server's response headers); never shorter
+  // than the connection's own bound (--server-connect-timeout) plus 10 s.
+  attempt->timer.expires_after(std::max<std::chrono::steady_clock::duration>(
+      kHandshakeTimeout, options_.server_connect_timeout + std::chrono::seconds(10)));
   co_await attempt->timer.async_wait(use_nothrow);
   if (!attempt->done) {
     reactor->close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no response headers"), true);
@@ -328,8 +369,19 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
       break;
     case Outcome::Failed:
       stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
-      KONN_LOG((&logger()), warn, "cannot connect to proxy-server {}: {}", reactor->target(),
-               attempt->why);
+      if (proxy) {
+        auto failure = explain_proxy_failure(
+            *proxy, attempt->why,
+            core::config::format_go_duration(options_.server_connect_timeout));
+        stats_->egress_proxy_failures[failure.reason].fetch_add(1, std::memory_order_relaxed);
+        KONN_LOG((&logger()), warn,
+                 "cannot connect to proxy-server {} through HTTP proxy {} (from {}): {}{}",
+                 reactor->target(), proxy->redacted(), proxy->source,
+                 failure.text.empty() ? "" : failure.text + "; ", attempt->why);
+      } else {
+        KONN_LOG((&logger()), warn, "cannot connect to proxy-server {}: {}", reactor->target(),
+                 attempt->why);
+      }
       break;
   }
   co_return attempt->outcome;

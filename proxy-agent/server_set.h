@@ -72,7 +72,9 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   core::io::Awaitable<void> probe_loop();
   core::io::Awaitable<Outcome> connect_once();
   // Builds the next attempt's config (host round-robin, token) and channel; null on failure.
-  std::shared_ptr<grpc::Channel> prepare_attempt(StreamConfig* config);
+  // *proxy: the egress HTTP proxy the channel goes through, if any.
+  std::shared_ptr<grpc::Channel> prepare_attempt(StreamConfig* config,
+                                                 std::optional<EgressProxy>* proxy);
   bool want_more() const;
   // The wanted server count (server_count()); mu_ held.
   int64_t target_count_locked() const;
@@ -91,7 +93,8 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   core::tunnel::CompletionDriver& driver_;
   std::shared_ptr<AgentStats> stats_;
   std::shared_ptr<const core::net::DestinationPolicy> destinations_;  // --allowed-destinations
-  size_t next_host_ = 0;                                              // connect loop only
+  const EgressProxyConfig egress_;  // --proxy-url, else HTTPS_PROXY / NO_PROXY
+  size_t next_host_ = 0;            // connect loop only
 
   mutable std::mutex mu_;
   std::condition_variable all_done_;

@@ -12,6 +12,7 @@ packages=(
   libhttp-parser-dev libc-ares-dev
   openssl curl nodejs npm wrk
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the packages' Depends (tests/manifests)
+  squid tinyproxy  # egress-proxy e2e tests: the agent through both, started by the test on loopback
 )
 
 missing=()

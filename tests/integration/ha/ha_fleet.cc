@@ -127,7 +127,8 @@ int FleetServer::ready_agents() const {
 }
 
 FleetAgent::FleetAgent(const testsupport::TempDir& dir, const testsupport::TestCerts& certs,
-                       std::string id, uint16_t server_port, std::vector<std::string> extra_args)
+                       std::string id, uint16_t server_port, std::vector<std::string> extra_args,
+                       std::vector<std::pair<std::string, std::string>> env)
     : id_(std::move(id)), health_port_(testsupport::free_tcp_port()) {
   static int counter = 0;
   ProcessOptions o;
@@ -146,6 +147,7 @@ FleetAgent::FleetAgent(const testsupport::TempDir& dir, const testsupport::TestC
             "--health-server-port=" + std::to_string(health_port_),
             "--admin-server-port=0"};
   o.args.insert(o.args.end(), extra_args.begin(), extra_args.end());
+  o.env = std::move(env);
   process_ = std::make_unique<Process>(std::move(o));
   if (!process_->wait_for_tcp_port(health_port_, 20s)) {
     throw std::runtime_error("proxy-agent " + id_ + " did not come up; log:\n" + process_->log());

@@ -67,11 +67,12 @@ class FleetServer {
 };
 
 // A proxy-agent of an HA test, towards 127.0.0.1:<port> (a balancer or one server), with a
-// fixed health port, sync-interval 100ms, cap 1s.
+// fixed health port, sync-interval 100ms, cap 1s; `env` is added to the agent's environment.
 class FleetAgent {
  public:
   FleetAgent(const testsupport::TempDir& dir, const testsupport::TestCerts& certs, std::string id,
-             uint16_t server_port, std::vector<std::string> extra_args);
+             uint16_t server_port, std::vector<std::string> extra_args,
+             std::vector<std::pair<std::string, std::string>> env = {});
   testsupport::Process& process() { return *process_; }
   const std::string& id() const { return id_; }
   uint16_t health_port() const { return health_port_; }
