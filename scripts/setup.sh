@@ -56,9 +56,6 @@ if [ "${#missing[@]}" -eq 0 ]; then
 fi
 
 echo "setup: installing ${missing[*]}"
-sudo_cmd=()
-[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# squid and tinyproxy are started by the tests themselves: their system services stay off.
+bash "$(dirname "$0")/apt-install.sh" --services="squid tinyproxy" "${missing[@]}"
 install_promtool
