@@ -10,33 +10,12 @@
 
 #include "core/config/log_flags.h"
 #include "core/config/uuid.h"
+#include "core/net/url_escape.h"
 
 namespace konn::agent {
 namespace {
 
 using core::config::format_go_duration;
-
-// Decodes one URL query component as Go's url.QueryUnescape does ('+' is a space).
-std::optional<std::string> query_unescape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c == '+') {
-      out.push_back(' ');
-    } else if (c == '%') {
-      if (i + 2 >= s.size()) return std::nullopt;  // needs two hex digits
-      unsigned value = 0;
-      auto [ptr, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, value, 16);
-      if (ec != std::errc() || ptr != s.data() + i + 3) return std::nullopt;
-      out.push_back(static_cast<char>(value));
-      i += 2;
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
 
 bool is_ipv4(const std::string& s) {
   in_addr a{};
@@ -98,9 +77,10 @@ std::vector<std::string> validate_agent_identifiers(const std::string& query) {
       continue;
     }
     auto eq = part.find('=');
-    auto key = query_unescape(part.substr(0, eq));
-    auto value =
-        query_unescape(eq == std::string_view::npos ? std::string_view{} : part.substr(eq + 1));
+    auto key = core::net::url_unescape(part.substr(0, eq), core::net::UrlPart::QueryComponent);
+    auto value = core::net::url_unescape(
+        eq == std::string_view::npos ? std::string_view{} : part.substr(eq + 1),
+        core::net::UrlPart::QueryComponent);
     if (!key || !value) {
       errors.push_back(flag + "invalid URL escape in \"" + std::string(part) + "\"");
       continue;

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/kube/kubeconfig.h"
+#include "core/net/url_escape.h"
 
 namespace konn::agent {
 namespace {
@@ -23,25 +24,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())) != 0) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())) != 0) s.remove_suffix(1);
   return s;
-}
-
-// Percent-decodes a URL userinfo part ('+' stays '+', as in Go's userinfo unescaping).
-std::optional<std::string> percent_decode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out.push_back(s[i]);
-      continue;
-    }
-    if (i + 2 >= s.size()) return std::nullopt;  // needs two hex digits
-    unsigned value = 0;
-    auto [ptr, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, value, 16);
-    if (ec != std::errc() || ptr != s.data() + i + 3) return std::nullopt;
-    out.push_back(static_cast<char>(value));
-    i += 2;
-  }
-  return out;
 }
 
 // An address as Go's net.IP after To4(): 4 bytes for IPv4 and IPv4-mapped IPv6, else 16.
@@ -154,9 +136,10 @@ std::optional<EgressProxy> parse_proxy_url(std::string_view url, std::string* er
     std::string_view userinfo = authority.substr(0, at);
     authority.remove_prefix(at + 1);
     auto colon = userinfo.find(':');
-    auto user = percent_decode(userinfo.substr(0, colon));
-    auto pass = percent_decode(colon == std::string_view::npos ? std::string_view{}
-                                                               : userinfo.substr(colon + 1));
+    auto user = core::net::url_unescape(userinfo.substr(0, colon), core::net::UrlPart::Userinfo);
+    auto pass = core::net::url_unescape(
+        colon == std::string_view::npos ? std::string_view{} : userinfo.substr(colon + 1),
+        core::net::UrlPart::Userinfo);
     if (!user || !pass) return fail("bad percent escape in the proxy URL's user or password");
     p.has_credentials = true;
     p.username = std::move(*user);

@@ -4,35 +4,10 @@
 #include <asio/ip/network_v4.hpp>
 #include <asio/ip/network_v6.hpp>
 
+#include "core/net/url_escape.h"
+
 namespace konn::core::tunnel {
 namespace {
-
-std::optional<std::string> percent_decode(std::string_view in) {
-  std::string out;
-  out.reserve(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    char c = in[i];
-    if (c == '+') {
-      out.push_back(' ');
-    } else if (c == '%') {
-      auto hex = [](char h) -> int {
-        if (h >= '0' && h <= '9') return h - '0';
-        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
-        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
-        return -1;
-      };
-      if (i + 2 >= in.size()) return std::nullopt;
-      int hi = hex(in[i + 1]);
-      int lo = hex(in[i + 2]);
-      if (hi < 0 || lo < 0) return std::nullopt;
-      out.push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
 
 bool in_cidr(const asio::ip::address& addr, const std::string& cidr) {
   std::error_code ec;
@@ -88,8 +63,9 @@ std::optional<AgentIdentifiers> parse_agent_identifiers(std::string_view query, 
     query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
     if (pair.empty()) continue;
     auto eq = pair.find('=');
-    auto key = percent_decode(pair.substr(0, eq));
-    auto value = percent_decode(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
+    auto key = net::url_unescape(pair.substr(0, eq), net::UrlPart::QueryComponent);
+    auto value = net::url_unescape(eq == std::string_view::npos ? "" : pair.substr(eq + 1),
+                                   net::UrlPart::QueryComponent);
     if (!key || !value) return fail("malformed percent-encoding in \"" + std::string(pair) + "\"");
     std::error_code ec;
     if (*key == "host") {
