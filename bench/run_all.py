@@ -667,28 +667,30 @@ class Bench:
             name = f"rr {tunnels} tunnel" + ("s" if tunnels > 1 else "")
 
             def run():
-                prof = self.profiler(target) if tunnels == 1 else None
-                try:
-                    r = self.loadgen(target, "rr", f"--tunnels={tunnels}", "--size=64",
-                                     f"--duration={self.args.duration}s")
-                except Failure:
-                    if prof:
-                        prof.stop(1)
-                    raise
-                if prof:
-                    self.record_profile(target, name, prof.stop(r["round_trips"]))
+                r = self.profiled_loadgen(target, name, tunnels == 1, "round_trips", "rr",
+                                          f"--tunnels={tunnels}", "--size=64",
+                                          f"--duration={self.args.duration}s")
                 self.record(target.name, name, "p50 us", "us", r["p50_us"])
                 self.record(target.name, name, "p99 us", "us", r["p99_us"])
                 self.record(target.name, name, "rate", "/s", r["rate"])
             self.step(target, name, run)
 
-    def profiler(self, target):
-        """An OpProfile started on the target's daemons (Konnectivity targets only)."""
-        if target.group != "konnectivity" or not target.daemons:
-            return None
-        prof = OpProfile(target.daemons)
-        prof.start()
-        return prof
+    def profiled_loadgen(self, target, workload, profile, ops_key, mode, *flags):
+        """loadgen(); with `profile`, on a Konnectivity target, also records where the CPU of
+        one operation went (OpProfile over its daemons, divided by result[ops_key])."""
+        prof = None
+        if profile and target.group == "konnectivity" and target.daemons:
+            prof = OpProfile(target.daemons)
+            prof.start()
+        try:
+            r = self.loadgen(target, mode, *flags)
+        except Failure:
+            if prof:
+                prof.stop(1)
+            raise
+        if prof:
+            self.record_profile(target, workload, prof.stop(r[ops_key]))
+        return r
 
     def record_profile(self, target, workload, result):
         for label, r in result.items():
@@ -705,17 +707,10 @@ class Bench:
                 name = f"dials {conc}x" + (" +request" if request else "")
 
                 def run():
-                    prof = self.profiler(target) if conc == 1 and request else None
-                    try:
-                        r = self.loadgen(target, "dials", f"--concurrency={conc}",
-                                         f"--request={'true' if request else 'false'}",
-                                         f"--duration={self.args.duration}s")
-                    except Failure:
-                        if prof:
-                            prof.stop(1)
-                        raise
-                    if prof:
-                        self.record_profile(target, name, prof.stop(r["dials"]))
+                    r = self.profiled_loadgen(target, name, conc == 1 and request, "dials",
+                                              "dials", f"--concurrency={conc}",
+                                              f"--request={'true' if request else 'false'}",
+                                              f"--duration={self.args.duration}s")
                     self.record(target.name, name, "rate", "/s", r["rate"])
                     self.record(target.name, name, "p99 us", "us", r["p99_us"])
                 self.step(target, name, run)
