@@ -49,6 +49,10 @@ class GrpcMessageDecoder {
   // True when some bytes of a message were taken but the message is not complete: a stream that
   // ends here ends mid-message.
   bool in_message() const { return prefix_have_ > 0; }
+  // Bytes of the incomplete message held (prefix included); 0 between messages.
+  size_t partial_bytes() const {
+    return prefix_have_ + (prefix_have_ == kGrpcPrefixBytes ? message_.size() : 0);
+  }
   bool failed() const { return !error_.empty(); }
   // Why the last decode() was Invalid (empty while not failed).
   const std::string& error() const { return error_; }

@@ -56,7 +56,9 @@ std::string raw_prefix(unsigned char flag, uint32_t length) {
 TEST_CASE("grpc_prefix is the flag 0 and the big-endian length", "[h2][grpc_framing]") {
   auto p = grpc_prefix(0x01020304);
   CHECK(std::string(p.data(), p.size()) == std::string("\x00\x01\x02\x03\x04", 5));
-  CHECK(grpc_frame("abc") == std::string("\x00\x00\x00\x00\x03" "abc", 8));
+  CHECK(grpc_frame("abc") == std::string("\x00\x00\x00\x00\x03"
+                                         "abc",
+                                         8));
   CHECK(grpc_frame("") == std::string(5, '\0'));
 }
 
@@ -136,8 +138,7 @@ TEST_CASE("a message of exactly the limit is accepted, one byte more is RESOURCE
   }
 }
 
-TEST_CASE("a compressed message is refused: no grpc-encoding is negotiated",
-          "[h2][grpc_framing]") {
+TEST_CASE("a compressed message is refused: no grpc-encoding is negotiated", "[h2][grpc_framing]") {
   GrpcMessageDecoder d;
   auto fed = feed(d, grpc_frame("ok") + raw_prefix(1, 3) + "abc", {3, 9});
   CHECK(fed.invalid);
