@@ -364,3 +364,117 @@ TEST_CASE("h2 client: bad answers from a raw server", "[h2][bad-peer]") {
   // The client side's thread is still usable: a fresh connection can be made on it.
   CHECK(loop.run([] { return 1; }) == 1);
 }
+
+TEST_CASE("h2 server: a PING flood ends the connection with ENHANCE_YOUR_CALM", "[h2][bad-peer]") {
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  std::string flood(kPreface);
+  flood += frame(kSettings, 0, 0, "");
+  for (int i = 0; i < 20000; ++i) flood += frame(kPing, 0, 0, "pingpong");
+  try {
+    peer.write(flood);
+  } catch (const std::exception&) {
+    // The server closed first.
+  }
+  CHECK(has_reason(server, "Flooding was detected"));
+  CHECK(peer.wait_eof());
+  server_still_serves(server.port());
+}
+
+TEST_CASE("h2 server: a header block over 64 KiB resets that stream", "[h2][bad-peer]") {
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  std::string block = grpc_request_block("/AgentService/Connect");
+  for (int i = 0; i < 700; ++i)
+    block += hpack_literal("x-pad-" + std::to_string(i), std::string(100, 'v'));
+  // Sent as HEADERS + CONTINUATIONs of at most 16 KiB each.
+  const size_t kMax = 16384;
+  for (size_t off = 0; off < block.size(); off += kMax) {
+    const bool first = off == 0;
+    const bool last = off + kMax >= block.size();
+    peer.write(frame(first ? kHeaders : 9, last ? kEndHeaders : 0, 1, block.substr(off, kMax)));
+  }
+  auto rst = peer.read_until(kRstStream);
+  REQUIRE(rst);
+  CHECK(rst->stream_id == 1);
+  CHECK(rec.snapshot().empty());
+  // The connection lives on.
+  peer.write(frame(kPing, 0, 0, "12345678"));
+  REQUIRE(peer.read_until(kPing));
+}
+
+TEST_CASE("h2 server: the peer's SETTINGS_INITIAL_WINDOW_SIZE bounds what is sent", "[h2][flow]") {
+  H2Server server(Kind::Tcp, [](const std::shared_ptr<Stream>& s, const CallInfo&) {
+    s->send_message(std::string(5000, 'w'));
+    s->finish({0, ""});
+  });
+  RawPeer peer(server.port());
+  // SETTINGS_INITIAL_WINDOW_SIZE (4) = 1000.
+  peer.write(std::string(kPreface) +
+             frame(kSettings, 0, 0, std::string("\x00\x04\x00\x00\x03\xe8", 6)));
+  REQUIRE(peer.read_until(kSettings));
+  peer.write(frame(kSettings, kAck, 0, ""));
+  peer.write(
+      frame(kHeaders, kEndHeaders | kEndStream, 1, grpc_request_block("/AgentService/Connect")));
+  size_t got = 0;
+  while (got < 1000) {
+    auto f = peer.read_frame(2s);
+    REQUIRE(f);
+    if (f->type == kData) got += f->payload.size();
+  }
+  CHECK(got == 1000);
+  // Nothing more until the window grows.
+  auto more = peer.read_frame(100ms);
+  CHECK((!more || more->type != kData));
+  peer.write(frame(kWindowUpdate, 0, 1, be32(4005)));
+  while (got < 5005) {
+    auto f = peer.read_frame(2s);
+    REQUIRE(f);
+    if (f->type == kData) got += f->payload.size();
+  }
+  CHECK(got == 5005);
+  auto trailers = peer.read_until(kHeaders);
+  REQUIRE(trailers);
+  CHECK((trailers->flags & kEndStream) != 0);
+}
+
+TEST_CASE("h2 server: shutdown sends GOAWAY, lets the open call finish, then closes",
+          "[h2][goaway]") {
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  peer.write(frame(kHeaders, kEndHeaders, 1, grpc_request_block("/AgentService/Connect")));
+  peer.write(frame(kData, 0, 1, grpc_frame("before")));
+  auto echoed = peer.read_until(kData);
+  REQUIRE(echoed);
+  server.loop().run([&] {
+    for (auto& c : server.connections()) c->shutdown();
+    return 0;
+  });
+  auto goaway = peer.read_until(kGoaway);
+  REQUIRE(goaway);
+  CHECK(u32(goaway->payload, 0) == 1);  // last stream processed
+  CHECK(u32(goaway->payload, 4) == 0);  // NO_ERROR
+  // A new stream is ignored (RFC 9113 6.8); the open one still works to its end.
+  peer.write(
+      frame(kHeaders, kEndHeaders | kEndStream, 3, grpc_request_block("/AgentService/Connect")));
+  peer.write(frame(kData, kEndStream, 1, grpc_frame("after")));
+  bool answered3 = false, data_after = false, trailers = false;
+  while (auto f = peer.read_frame(2s)) {
+    if (f->stream_id == 3) answered3 = true;
+    if (f->type == kData && f->stream_id == 1 && f->payload == grpc_frame("after"))
+      data_after = true;
+    if (f->type == kHeaders && f->stream_id == 1 && (f->flags & kEndStream) != 0) trailers = true;
+  }
+  CHECK_FALSE(answered3);
+  CHECK(data_after);
+  CHECK(trailers);
+  // read_frame ended: the server closed the connection after the call.
+  CHECK(has_reason(server, ""));
+  REQUIRE(rec.wait(1));
+  CHECK(rec.snapshot()[0].ok());
+}

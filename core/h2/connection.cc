@@ -559,7 +559,7 @@ void Connection::flush() {
     return;
   }
   if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0) {
-    close(goaway_received_ ? "" : "HTTP/2 session ended");
+    close(goaway_received_ || shutting_down_ ? "" : "HTTP/2 session ended");
     return;
   }
   maybe_finish_shutdown();
@@ -654,8 +654,20 @@ void Connection::arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::mil
   s->deadline_ = std::make_unique<asio::steady_timer>(executor_, timeout);
   s->deadline_->async_wait([weak = std::weak_ptr<Stream>(s)](std::error_code ec) {
     auto stream = weak.lock();
-    if (ec || !stream || stream->ended_) return;
-    stream->local_status_ = GrpcStatus{grpc_code::kDeadlineExceeded, "deadline exceeded"};
+    if (ec || !stream || stream->ended_ || stream->conn_ == nullptr) return;
+    const GrpcStatus st{grpc_code::kDeadlineExceeded, "deadline exceeded"};
+    if (stream->conn_->role() == Role::Server && !stream->local_end_) {
+      // As gRPC servers do: the status in trailers (then a reset of the rest of the request), so
+      // the client reads DEADLINE_EXCEEDED whichever side's timer fired first. Messages not yet
+      // started are dropped; a message half sent is finished, so the framing stays whole.
+      while (stream->outbox_.size() > (stream->out_offset_ > 0 ? 1 : 0)) {
+        stream->queued_bytes_ -= stream->outbox_.back().size();
+        stream->outbox_.pop_back();
+      }
+      stream->finish(st);
+      return;
+    }
+    stream->local_status_ = st;
     stream->cancel();
   });
 }
