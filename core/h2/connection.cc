@@ -441,7 +441,14 @@ Connection::Connection(Role role, std::unique_ptr<Transport> transport, Connecti
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, options_.connection_window);
 }
 
-Connection::~Connection() { nghttp2_session_del(session_); }
+Connection::~Connection() {
+  // Streams the application still holds must not reach a deleted connection.
+  for (auto& [id, s] : streams_) s->conn_ = nullptr;
+  for (auto& weak : parked_) {
+    if (auto s = weak.lock()) s->conn_ = nullptr;
+  }
+  nghttp2_session_del(session_);
+}
 
 void Connection::start() {
   transport_->async_handshake(role_ == Role::Server,
@@ -603,6 +610,9 @@ void Connection::close(const std::string& reason) {
   const GrpcStatus st{grpc_code::kUnavailable,
                       reason.empty() ? std::string("the connection closed") : reason};
   for (auto& [id, s] : streams) s->end(st);
+  for (auto& weak : std::exchange(parked_, {})) {
+    if (auto s = weak.lock(); s && !s->ended_) s->end(s->pending_end_.value_or(st));
+  }
   if (auto cb = std::move(on_close_)) cb(reason);
   on_call_ = nullptr;
   on_goaway_ = nullptr;
@@ -681,13 +691,16 @@ int Connection::on_begin_headers(int32_t stream_id, int cat) {
     }
     streams_[stream_id] = std::make_shared<Stream>(this, stream_id, options_.max_message_bytes);
   }
-  if (Stream* s = find(stream_id)) s->headers_in_.clear();
+  Stream* s = find(stream_id);
+  // A server keeps only the request's header block: later blocks (a client's trailers) are
+  // dropped, and headers_in_ then carries the response metadata.
+  if (s != nullptr && !(role_ == Role::Server && s->request_seen_)) s->headers_in_.clear();
   return 0;
 }
 
 int Connection::on_header(int32_t stream_id, std::string_view name, std::string_view value) {
   Stream* s = find(stream_id);
-  if (s == nullptr || closed_) return 0;
+  if (s == nullptr || closed_ || (role_ == Role::Server && s->request_seen_)) return 0;
   size_t total = name.size() + value.size();
   for (const auto& [k, v] : s->headers_in_) total += k.size() + v.size();
   if (total > kMaxHeaderBlock) {
@@ -719,6 +732,7 @@ void Connection::finish_server_headers(Stream& s) {
     }
   }
   s.headers_in_.clear();
+  s.request_seen_ = true;
   auto stream = streams_.at(s.id_);
   const bool grpc_type =
       content_type.rfind("application/grpc", 0) == 0 &&
@@ -883,7 +897,10 @@ int Connection::on_data_chunk(int32_t stream_id, const uint8_t* data, size_t len
     if (!closed_) nghttp2_session_consume(session_, stream_id, len);
     return 0;
   }
-  if (role_ == Role::Client && !s->response_seen_) return 0;
+  if (role_ == Role::Client && !s->response_seen_) {
+    nghttp2_session_consume(session_, stream_id, len);
+    return 0;
+  }
   s->on_data(data, len);
   return 0;
 }
@@ -919,6 +936,15 @@ int Connection::on_stream_close(int32_t stream_id, uint32_t error_code) {
   }
   s->pending_end_ = st;
   s->deliver();
+  // A paused stream ends when the application resumes it; until then it is parked here, so a
+  // closing connection can still end it.
+  if (!s->ended_) {
+    std::erase_if(parked_, [](const std::weak_ptr<Stream>& w) {
+      auto p = w.lock();
+      return !p || p->ended_;
+    });
+    parked_.push_back(s);
+  }
   return 0;
 }
 

@@ -134,6 +134,7 @@ class Stream {
   Metadata finish_trailers_;
   // Client: response state.
   bool response_seen_ = false;
+  bool request_seen_ = false;  // server: the request headers were dispatched
   std::optional<GrpcStatus> trailer_status_;
   int http_status_ = 0;
   Metadata headers_in_;          // the header block being received (server: then response metadata)
@@ -257,6 +258,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<char> in_;
   std::string out_;
   std::vector<std::shared_ptr<Stream>> drained_;
+  std::vector<std::weak_ptr<Stream>> parked_;  // closed in HTTP/2, end not yet delivered (paused)
   bool writing_ = false;
   bool started_ = false;   // the transport is ready (TLS handshake done)
   bool in_flush_ = false;  // inside nghttp2_session_mem_send
