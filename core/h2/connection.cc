@@ -377,8 +377,10 @@ void Stream::end(const GrpcStatus& status) {
 
 std::shared_ptr<Connection> Connection::create(Role role, std::unique_ptr<Transport> transport,
                                                ConnectionOptions options) {
+  // Exception: `new`, because make_shared cannot reach the private constructor (a Connection
+  // must be owned by a shared_ptr from the start: its handlers capture it).
   return std::shared_ptr<Connection>(
-      new Connection(role, std::move(transport), std::move(options)));  // private constructor
+      new Connection(role, std::move(transport), std::move(options)));
 }
 
 Connection::Connection(Role role, std::unique_ptr<Transport> transport, ConnectionOptions options)

@@ -118,7 +118,8 @@ std::shared_ptr<Connection> connect_client(Loop& loop, Kind kind, const std::str
                static_cast<uint16_t>(std::stoi(target.substr(colon + 1)))});
     s.set_option(asio::ip::tcp::no_delay(true));
     if (kind == Kind::Tls) {
-      // One client context per process is enough for tests; it outlives every stream.
+      // Exception: `new`, never deleted: one client context for the whole test process, so it
+      // outlives every stream made from it.
       static asio::ssl::context* tls = [] {
         auto* c = new asio::ssl::context(asio::ssl::context::tls_client);
         c->load_verify_file(testsupport::test_certs().ca_crt);
