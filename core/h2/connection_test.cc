@@ -1,7 +1,10 @@
 #include "core/h2/connection.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <mutex>
@@ -770,4 +773,68 @@ TEST_CASE("h2 client: a paused call keeps its messages and its end until resumed
   });
   CHECK(messages == 3);
   CHECK(end_code == 0);
+}
+
+// Not a pass/fail test (hidden; run it by name): 64-byte round trips on one call, our client to
+// our server over a unix socket, each Connection on its own thread, against the same through
+// gRPC C++ (client and server, sync API).
+TEST_CASE("h2 round-trip latency, ours against gRPC C++", "[.][h2][bench]") {
+  konn::testsupport::TempDir dir("h2bench");
+  const int n = 5000;
+  auto p50 = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return std::make_pair(v[v.size() / 2], v[v.size() * 99 / 100]);
+  };
+  {
+    Seen seen;
+    H2Server server(Kind::Unix, echo_service(seen), {}, dir.file("ours.sock"));
+    Loop loop;
+    auto conn = connect_client(loop, Kind::Unix, dir.file("ours.sock"));
+    std::mutex mu;
+    std::condition_variable cv;
+    int got = 0;
+    auto stream = loop.run([&] {
+      StreamCallbacks cb;
+      cb.on_message = [&](std::string&&) {
+        std::lock_guard lock(mu);
+        ++got;
+        cv.notify_all();
+      };
+      return conn->start_call("/AgentService/Connect", {}, std::move(cb));
+    });
+    const std::string msg = serialized(data_packet(1, std::string(64, 'x')));
+    std::vector<double> us;
+    for (int i = 0; i < n; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      conn->post([&] { stream->send_message(msg); });
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return got > i; });
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    auto [a, b] = p50(us);
+    std::printf("core/h2 client -> core/h2 server: p50 %.1f us, p99 %.1f us\n", a, b);
+  }
+  {
+    ReferenceServer ref("unix:" + dir.file("ref.sock"));
+    auto stub = AgentService::NewStub(
+        grpc::CreateChannel("unix:" + dir.file("ref.sock"), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("agentid", "echo");
+    auto stream = stub->Connect(&ctx);
+    const Packet p = data_packet(1, std::string(64, 'x'));
+    std::vector<double> us;
+    for (int i = 0; i < n; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      stream->Write(p);
+      Packet back;
+      stream->Read(&back);
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    stream->WritesDone();
+    stream->Finish();
+    auto [a, b] = p50(us);
+    std::printf("gRPC C++ client -> gRPC C++ server: p50 %.1f us, p99 %.1f us\n", a, b);
+  }
 }
