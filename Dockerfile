@@ -21,7 +21,7 @@ RUN apt-get update \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
       libyaml-cpp-dev libspdlog-dev libfmt-dev \
       libcli11-dev nlohmann-json3-dev prometheus-cpp-dev \
-      libhttp-parser-dev libc-ares-dev \
+      libhttp-parser-dev libc-ares-dev libnghttp2-dev \
       dpkg-dev file \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

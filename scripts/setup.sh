@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev libspdlog-dev libfmt-dev catch2
   libcli11-dev nlohmann-json3-dev prometheus-cpp-dev
-  libhttp-parser-dev libc-ares-dev
+  libhttp-parser-dev libc-ares-dev libnghttp2-dev
   openssl curl nodejs npm wrk
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the packages' Depends (tests/manifests)
   squid tinyproxy  # egress-proxy e2e tests: the agent through both, started by the test on loopback

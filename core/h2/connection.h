@@ -1,0 +1,275 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "core/h2/grpc_framing.h"
+#include "core/h2/transport.h"
+
+struct nghttp2_session;
+
+namespace konn::core::h2 {
+
+// gRPC status codes this library produces itself (the rest come from peers as numbers).
+namespace grpc_code {
+inline constexpr int kOk = 0;
+inline constexpr int kCancelled = 1;
+inline constexpr int kUnknown = 2;
+inline constexpr int kDeadlineExceeded = 4;
+inline constexpr int kResourceExhausted = 8;
+inline constexpr int kUnimplemented = 12;
+inline constexpr int kInternal = 13;
+inline constexpr int kUnavailable = 14;
+}  // namespace grpc_code
+
+struct GrpcStatus {
+  int code = grpc_code::kOk;
+  std::string message;
+  bool ok() const { return code == grpc_code::kOk; }
+};
+
+// Custom metadata (lowercase keys, no pseudo-headers, no reserved gRPC/HTTP keys), in order.
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+
+// The first value of `key`, or nullopt.
+std::optional<std::string> find_metadata(const Metadata& md, std::string_view key);
+
+// Callbacks of one stream, all run on the connection's thread. Each may be empty.
+struct StreamCallbacks {
+  // Client role: the response headers' custom metadata (not called for a trailers-only answer).
+  std::function<void(const Metadata&)> on_headers;
+  // One whole message from the peer, in order, while reading is not paused.
+  std::function<void(std::string&&)> on_message;
+  // The peer sent everything it will send (END_STREAM), after its last on_message. Server role
+  // only: a client stream ends with on_end.
+  std::function<void()> on_half_close;
+  // Once per stream, last: the call's status (client: the peer's grpc-status, or what went wrong;
+  // server: the status sent, or CANCELLED/UNAVAILABLE when the peer reset or the connection
+  // ended) and trailing metadata (client role).
+  std::function<void(const GrpcStatus&, const Metadata& trailers)> on_end;
+};
+
+class Connection;
+
+// One gRPC call on a Connection. Held by the application as a shared_ptr; its methods must be
+// called on the connection's thread. After on_end every method is a no-op.
+class Stream {
+ public:
+  int32_t id() const { return id_; }
+  // Queues one message (framed with grpc_prefix); false when the stream can no longer send.
+  bool send_message(std::string_view payload);
+  // Server role: sends the response headers now with `md` (otherwise they go with the first
+  // message or finish()).
+  void send_headers(const Metadata& md);
+  // Server role: ends the call with `status` and trailing metadata once queued messages are
+  // sent. With nothing sent before, this is a trailers-only response.
+  void finish(const GrpcStatus& status, const Metadata& trailers = {});
+  // Client role: no more messages (END_STREAM after the queued ones).
+  void half_close();
+  // Resets the stream (RST_STREAM CANCEL). on_end follows with CANCELLED.
+  void cancel();
+  // While paused, received messages wait here and the HTTP/2 window is not given back, so the
+  // peer stops at the stream's window. Resuming delivers what waits.
+  void pause_reading();
+  void resume_reading();
+  bool reading_paused() const { return paused_; }
+  // Framed bytes queued and not yet taken by HTTP/2 (the peer's window and the socket decide).
+  size_t queued_bytes() const { return queued_bytes_; }
+  // Received and decoded but undelivered bytes plus a partial message (what a paused stream
+  // holds).
+  size_t buffered_bytes() const;
+  // Called (on the connection's thread) when queued_bytes() drops to 0 after a send.
+  void set_on_drained(std::function<void()> cb) { on_drained_ = std::move(cb); }
+  void set_callbacks(StreamCallbacks cb) { cb_ = std::move(cb); }
+  bool ended() const { return ended_; }
+
+  // Internal: constructed by Connection.
+  Stream(Connection* conn, int32_t id, size_t max_message_bytes)
+      : conn_(conn), id_(id), decoder_(max_message_bytes) {}
+
+ private:
+  friend class Connection;
+  void on_data(const uint8_t* data, size_t len);
+  void deliver();
+  void end(const GrpcStatus& status);
+  bool submit_response_headers(bool with_data);
+
+  Connection* conn_;  // null once the stream ended
+  int32_t id_;
+  StreamCallbacks cb_;
+  std::function<void()> on_drained_;
+  GrpcMessageDecoder decoder_;
+  // Receive side.
+  std::deque<std::string> inbox_;
+  size_t inbox_bytes_ = 0;
+  size_t unconsumed_ = 0;  // DATA bytes received whose window was not given back
+  bool paused_ = false;
+  bool remote_ended_ = false;              // END_STREAM received
+  bool half_close_given_ = false;          // on_half_close called
+  std::optional<GrpcStatus> pending_end_;  // the end, delivered once the inbox drained
+  // Send side.
+  std::deque<std::string> outbox_;
+  size_t out_offset_ = 0;  // bytes of outbox_.front() already taken
+  size_t queued_bytes_ = 0;
+  bool data_started_ = false;  // a data provider is attached (request / response headers sent)
+  bool deferred_ = false;      // the data provider returned DEFERRED
+  bool local_end_ = false;     // half_close() / finish() asked
+  bool local_done_ = false;    // END_STREAM (or trailers) handed to HTTP/2
+  bool headers_sent_ = false;  // server: response headers submitted
+  bool trailers_only_ = false;
+  GrpcStatus finish_status_;
+  Metadata finish_trailers_;
+  // Client: response state.
+  bool response_seen_ = false;
+  bool request_seen_ = false;  // server: the request headers were dispatched
+  std::optional<GrpcStatus> trailer_status_;
+  int http_status_ = 0;
+  Metadata headers_in_;          // the header block being received (server: then response metadata)
+  Metadata trailers_in_;         // client: the trailing metadata
+  bool trailers_ready_ = false;  // client: trailers with END_STREAM arrived
+  bool h2_closed_ = false;       // nghttp2 closed the stream (window bookkeeping ends)
+  std::optional<GrpcStatus> local_status_;  // what a local cancel/deadline/error ends with
+  std::unique_ptr<asio::steady_timer> deadline_;
+  bool ended_ = false;
+};
+
+// What a server learns of a new call.
+struct CallInfo {
+  std::string path;  // "/AgentService/Connect"
+  std::string authority;
+  Metadata metadata;                                 // custom metadata of the request headers
+  std::optional<std::chrono::milliseconds> timeout;  // grpc-timeout, when sent
+};
+
+struct ConnectionOptions {
+  // Advertised to the peer (SETTINGS_MAX_CONCURRENT_STREAMS); excess streams are refused.
+  uint32_t max_concurrent_streams = 1000;
+  // Receive windows: per stream (SETTINGS_INITIAL_WINDOW_SIZE) and for the connection.
+  int32_t stream_window = 1024 * 1024;
+  int32_t connection_window = 16 * 1024 * 1024;
+  size_t max_message_bytes = kMaxMessageBytes;
+  // A PING every `keepalive_interval` (0: none); no ACK within `keepalive_timeout` closes the
+  // connection.
+  std::chrono::milliseconds keepalive_interval{0};
+  std::chrono::milliseconds keepalive_timeout{20000};
+  // Client role: :authority and :scheme of requests.
+  std::string authority = "localhost";
+  std::string scheme = "http";
+  std::string user_agent = "konn-h2";
+  // A log line prefix identifying the connection.
+  std::string log_name = "h2";
+};
+
+// One HTTP/2 connection carrying gRPC calls, in the server or client role, over one Asio byte
+// stream (Transport). It lives on the transport's executor, which must be one thread (an
+// io_context run by one thread, or a strand): every method but post() must be called there, and
+// every callback runs there. Reads go straight into nghttp2; everything nghttp2 has to send is
+// gathered into one write, and the next is formed only when that write completed, so a peer that
+// stops reading holds at most one write buffer plus the queues the application bounds
+// (Stream::queued_bytes). Received DATA gives window back only as the application takes messages.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  enum class Role { Server, Client };
+  // Server role: a new call; set its callbacks (stream->set_callbacks) before returning.
+  using CallHandler = std::function<void(const std::shared_ptr<Stream>&, const CallInfo&)>;
+
+  static std::shared_ptr<Connection> create(Role role, std::unique_ptr<Transport> transport,
+                                            ConnectionOptions options);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  void set_call_handler(CallHandler h) { on_call_ = std::move(h); }
+  // Called once when the connection is gone, with the reason ("" for an orderly end).
+  void set_on_close(std::function<void(const std::string&)> cb) { on_close_ = std::move(cb); }
+  // The peer's GOAWAY (last stream id it processes, error code).
+  void set_on_goaway(std::function<void(int32_t, uint32_t)> cb) { on_goaway_ = std::move(cb); }
+
+  // TLS handshake (ALPN h2 required) if any, the connection preface and SETTINGS, then reading.
+  void start();
+
+  // Client role: a new call to `path` ("/AgentService/Connect"). Null when the connection is
+  // closed or going away. With a timeout, grpc-timeout is sent and the call ends with
+  // DEADLINE_EXCEEDED when it passes.
+  std::shared_ptr<Stream> start_call(const std::string& path, const Metadata& metadata,
+                                     StreamCallbacks callbacks,
+                                     std::optional<std::chrono::milliseconds> timeout = {});
+
+  // GOAWAY (server: with the last stream processed), then closes once the open streams ended.
+  void shutdown();
+  // Closes at once: every open stream ends with UNAVAILABLE and `reason`.
+  void close(const std::string& reason);
+
+  // Runs `fn` on the connection's thread (thread-safe).
+  void post(std::function<void()> fn);
+  const asio::any_io_executor& executor() const { return executor_; }
+
+  bool closed() const { return closed_; }
+  size_t open_streams() const { return streams_.size(); }
+  // Bytes of the write in flight (the only transport buffer).
+  size_t write_buffer_bytes() const { return out_.size(); }
+  Role role() const { return role_; }
+  const ConnectionOptions& options() const { return options_; }
+
+  // Internal (nghttp2 callbacks and Stream).
+  void flush();
+  nghttp2_session* session() { return session_; }
+  int on_begin_headers(int32_t stream_id, int cat);
+  int on_header(int32_t stream_id, std::string_view name, std::string_view value);
+  int on_frame_recv(const void* frame);
+  int on_data_chunk(int32_t stream_id, const uint8_t* data, size_t len);
+  int on_stream_close(int32_t stream_id, uint32_t error_code);
+  ssize_t read_data(int32_t stream_id, uint8_t* buf, size_t length, uint32_t* flags);
+
+ private:
+  Connection(Role role, std::unique_ptr<Transport> transport, ConnectionOptions options);
+  void start_session();
+  void do_read();
+  void finish_server_headers(Stream& s);
+  void finish_client_headers(Stream& s, int cat, bool end_stream);
+  void end_client_request(int32_t stream_id);
+  void arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::milliseconds timeout);
+  void keepalive_tick();
+  void maybe_finish_shutdown();
+  Stream* find(int32_t id);
+
+  Role role_;
+  std::unique_ptr<Transport> transport_;
+  ConnectionOptions options_;
+  asio::any_io_executor executor_;
+  nghttp2_session* session_ = nullptr;
+  std::unordered_map<int32_t, std::shared_ptr<Stream>> streams_;
+  CallHandler on_call_;
+  std::function<void(const std::string&)> on_close_;
+  std::function<void(int32_t, uint32_t)> on_goaway_;
+  std::vector<char> in_;
+  std::string out_;
+  std::vector<std::shared_ptr<Stream>> drained_;
+  std::vector<std::weak_ptr<Stream>> parked_;  // closed in HTTP/2, end not yet delivered (paused)
+  bool writing_ = false;
+  bool started_ = false;   // the transport is ready (TLS handshake done)
+  bool in_flush_ = false;  // inside nghttp2_session_mem_send
+  bool goaway_received_ = false;
+  std::string close_after_flush_;  // a fatal session error: close once the GOAWAY is written
+  bool in_recv_ = false;           // inside nghttp2_session_mem_recv: no mem_send now
+  bool flush_wanted_ = false;
+  bool closed_ = false;
+  bool shutting_down_ = false;
+  asio::steady_timer keepalive_;
+  bool ping_outstanding_ = false;
+};
+
+}  // namespace konn::core::h2
