@@ -15,6 +15,7 @@
 namespace konn::server {
 
 class TokenReviewer;
+class NodeService;
 
 // The state every frontend and backend of one proxy-server shares: the options, the connected
 // agents, the dials awaiting an answer, and an io_context for timers. Owned by ServerApp and
@@ -31,6 +32,9 @@ class Router {
   // Non-null when agents must present a service-account token (--agent-namespace).
   TokenReviewer* reviewer() { return reviewer_; }
   void set_reviewer(TokenReviewer* reviewer) { reviewer_ = reviewer; }
+  // Non-null when --node-to-control-plane-destinations is set.
+  NodeService* node() { return node_; }
+  void set_node(NodeService* node) { node_ = node; }
   // Registry changes go through these so the ready_backends gauges follow.
   void add_backend(const std::shared_ptr<Backend>& backend);
   void remove_backend(const Backend* backend);
@@ -59,6 +63,7 @@ class Router {
   asio::io_context& timers_;
   ServerMetrics& metrics_;
   TokenReviewer* reviewer_ = nullptr;
+  NodeService* node_ = nullptr;
   std::atomic<int64_t> frontends_{0};  // slots taken (--max-frontend-streams)
   void update_ready_gauges();
 };
