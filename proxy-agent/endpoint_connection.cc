@@ -296,6 +296,9 @@ void EndpointConnection::add_credit(int64_t bytes) {
 
 void EndpointConnection::abandon() {
   asio::post(ctx_, [self = shared_from_this()] {
+    // A node-side client learns that its tunnel broke from a reset, not from an EOF that could
+    // pass for the end of a response.
+    self->reset_ = self->settings_.node_direction;
     if (self->state_ == State::Dialing) {
       self->stop_dial("server stream ended while dialing", false);
       return;
@@ -565,7 +568,11 @@ void EndpointConnection::finish_close() {
   write_role_.close();  // before the descriptor can be closed and reused
   end_half_close();
   std::error_code ignored;
-  socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+  if (reset_) {
+    socket_.set_option(asio::socket_base::linger(true, 0), ignored);  // close() sends RST
+  } else {
+    socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+  }
   socket_.close(ignored);
   flush_timer_.cancel();
   gate_timer_.cancel();

@@ -114,7 +114,8 @@ class EndpointConnection : public core::tunnel::WriteListener,
   void close_write();
   // KONN_WINDOW_UPDATE: the server consumed `bytes` more of ours.
   void add_credit(int64_t bytes);
-  // The stream ended: close at once; no packet can be sent any more.
+  // The stream ended: close at once; no packet can be sent any more. In node direction the
+  // socket is reset (SO_LINGER 0), so its client sees the tunnel break.
   void abandon();
 
   // WriteListener: `data_bytes` of our DATA left the stream's queue (gRPC thread).
@@ -196,6 +197,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   asio::steady_timer gate_timer_;    // the paused read loop waits on it; resume cancels it
   asio::steady_timer flush_timer_;   // bounds Closing
   bool dial_cancelled_ = false;
+  bool reset_ = false;  // node direction, stream gone: the socket is closed with a reset
   core::relay::ReadGate gate_;
   int64_t credit_ = 0;         // flow control: bytes we may still send
   std::deque<Packet> writes_;  // DATA from the server; the first write_count_ are being written
