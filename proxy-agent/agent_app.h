@@ -53,6 +53,10 @@ class AgentApp {
   // a listener could not start.
   uint16_t health_port() const { return health_ ? health_->port() : 0; }
   uint16_t admin_port() const { return admin_ ? admin_->port() : 0; }
+  // Bound ports of the --node-to-control-plane-listen addresses, in flag order.
+  std::vector<uint16_t> node_listen_ports() const {
+    return node_listener_ ? node_listener_->ports() : std::vector<uint16_t>{};
+  }
 
  private:
   // Health and admin listeners. A port already in use is logged, not fatal: the tunnel matters

@@ -1,6 +1,7 @@
 #include "proxy-agent/endpoint_connection.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/config/duration.h"
 #include "core/error/errc.h"
@@ -126,10 +127,10 @@ void EndpointConnection::start_accepted(asio::ip::tcp::socket socket, std::strin
 void EndpointConnection::dial_answered(int64_t connect_id, std::string error) {
   asio::post(ctx_, [self = shared_from_this(), connect_id, error = std::move(error)] {
     if (self->state_ != State::Dialing) {
-      // Closed while the server dialled: it must forget the tunnel it opened for us, and the
-      // table the id the stream registered for it.
-      if (error.empty() && connect_id != 0) {
-        self->table_->remove(self->dial_id_, connect_id, self.get());
+      // Closed while the server dialled, or a second answer: the server must forget the tunnel
+      // it opened for us, and the table the id the stream registered for it (only that id).
+      if (error.empty() && connect_id != 0 && connect_id != self->connect_id_) {
+        self->table_->remove(std::numeric_limits<int64_t>::min(), connect_id, self.get());
         self->send_packet(tunnel::make_close_response(connect_id, "dialler gone"));
       }
       return;
