@@ -10,6 +10,8 @@
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -132,8 +134,10 @@ class Conn {
 // there are two), and one agent listening on three addresses: towards the apiserver (the server's
 // first destination), towards the echo origin, and towards a destination the servers refuse.
 struct NodeStack {
-  explicit NodeStack(int n_servers = 1, bool node_servers = true)
-      : certs(konn::testsupport::test_certs()) {
+  explicit NodeStack(int n_servers = 1, bool node_servers = true,
+                     std::vector<std::string> server_extra = {},
+                     std::vector<std::string> agent_extra_args = {})
+      : certs(konn::testsupport::test_certs()), agent_extra(std::move(agent_extra_args)) {
     ProcessOptions a;
     a.binary = "kubeproxy-fake-apiserver";
     a.args = {"--cert",      certs.server_crt, "--key", certs.server_key, "--client-ca",
@@ -147,6 +151,7 @@ struct NodeStack {
     for (int i = 0; i < n_servers; ++i) {
       ServerSpec spec;
       spec.extra_args = {"--server-count=" + std::to_string(n_servers)};
+      spec.extra_args.insert(spec.extra_args.end(), server_extra.begin(), server_extra.end());
       if (node_servers) {
         spec.extra_args.push_back("--node-to-control-plane-destinations=127.0.0.1:" +
                                   std::to_string(api_port) + "," + echo.address());
@@ -169,6 +174,7 @@ struct NodeStack {
             echo.address(),
         "--node-to-control-plane-listen=127.0.0.1:" + std::to_string(refused_listen) +
             "=127.0.0.1:1"};
+    spec.extra_args.insert(spec.extra_args.end(), agent_extra.begin(), agent_extra.end());
     uint16_t port = servers.size() > 1 ? balancer.port() : servers.front()->agent_port();
     agent = start_agent(dir, certs, port, spec);
     for (auto& s : servers) {
@@ -179,6 +185,15 @@ struct NodeStack {
     if (!agent->wait_for_tcp_port(api_listen, 10s)) {
       throw std::runtime_error("agent listener not up: " + agent->log());
     }
+    // That probe was a node-side connection too: wait until it is gone, so that it counts
+    // against no limit of the test.
+    eventually(
+        [&] {
+          std::string log = agent->log();
+          return log.find("] closed: ") != std::string::npos ||
+                 log.find("closed: no proxy-server connected") != std::string::npos;
+        },
+        10s);
   }
 
   // Every server confirmed (the agent logged it once per stream).
@@ -199,6 +214,7 @@ struct NodeStack {
 
   konn::testsupport::TempDir dir{"konn-node"};
   const konn::testsupport::TestCerts& certs;
+  std::vector<std::string> agent_extra;
   konn::testsupport::EchoServer echo{true};
   uint16_t api_port = free_tcp_port();
   uint16_t api_listen = free_tcp_port();
@@ -209,6 +225,16 @@ struct NodeStack {
   std::vector<std::unique_ptr<ServerProcess>> servers;
   std::unique_ptr<Process> agent;
 };
+
+// The /metrics text of a daemon whose log says "admin listening on 127.0.0.1:PORT".
+std::string scrape_admin(const konn::testsupport::TempDir& dir, const Process& p) {
+  std::string log = p.log();
+  const std::string needle = "admin listening on 127.0.0.1:";
+  auto at = log.find(needle);
+  if (at == std::string::npos) return {};
+  int port = std::stoi(log.substr(at + needle.size()));
+  return run(dir, "curl", {"-sS", "http://127.0.0.1:" + std::to_string(port) + "/metrics"}).output;
+}
 
 // One echo round trip through the agent's echo listener.
 bool echo_round_trip(Conn& c, const std::string& msg) {
@@ -270,30 +296,35 @@ TEST_CASE("node to control plane: a large transfer keeps every byte, both ways",
   KONN_REQUIRE_DAEMONS();
   NodeStack s;
   REQUIRE(s.node_ready(10s));
-  // 1 GiB as the issue asks (about 5 s in the optimised build); an eighth under sanitizers.
-  // KONN_NODE_BULK_BYTES overrides it.
+  // 1 GiB over TLS as the issue asks (about 5 s in the optimised build); an eighth under
+  // sanitizers. KONN_NODE_BULK_BYTES overrides it.
   unsigned long long bytes = scaled_bytes(1ULL << 30);
   if (const char* env = std::getenv("KONN_NODE_BULK_BYTES")) bytes = std::stoull(env);
   auto tls = s.curl_tls();
   std::string flags;
   for (const auto& a : tls) flags += " '" + a + "'";
-  std::string direct = "https://127.0.0.1:" + std::to_string(s.api_port) +
-                       "/download?bytes=" + std::to_string(bytes);
-  std::string tunnelled = s.url("/download?bytes=" + std::to_string(bytes));
+  // The fixture's /download sends `bytes` times 'x'.
+  std::string expected;
+  {
+    Sha256 h;
+    const std::string chunk(1 << 20, 'x');
+    for (unsigned long long left = bytes; left > 0;) {
+      size_t n = static_cast<size_t>(std::min<unsigned long long>(left, chunk.size()));
+      h.update(std::string_view(chunk.data(), n));
+      left -= n;
+    }
+    expected = h.hex();
+  }
+  std::string url = s.url("/download?bytes=" + std::to_string(bytes));
   auto start = Clock::now();
-  auto through = run(s.dir, "sh", {"-c", "curl" + flags + " '" + tunnelled + "' | sha256sum"},
-                     300s);
+  auto through = run(s.dir, "sh", {"-c", "curl" + flags + " '" + url + "' | sha256sum"}, 300s);
   double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  auto reference = run(s.dir, "sh", {"-c", "curl" + flags + " '" + direct + "' | sha256sum"},
-                       300s);
   INFO("download of " << bytes << " bytes took " << secs << " s\n" << through.output);
   REQUIRE(through.exit_code == 0);
-  REQUIRE(reference.exit_code == 0);
-  CHECK(through.output.substr(0, 64) == reference.output.substr(0, 64));
-  CHECK(through.output.substr(0, 64) != "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(through.output.substr(0, 64) == expected);
 
-  // Upload: a random body to the fixture's /echo, which sends it back.
-  size_t up = scaled_bytes(64ULL << 20);
+  // Upload over TLS: a random body to the fixture's /echo, which sends it back.
+  size_t up = scaled_bytes(16ULL << 20);
   std::string body = s.dir.file("body.bin");
   {
     std::ofstream out(body, std::ios::binary);
@@ -303,9 +334,87 @@ TEST_CASE("node to control plane: a large transfer keeps every byte, both ways",
                     {"-c", "curl" + flags + " --data-binary @'" + body + "' '" + s.url("/echo") +
                                "' | sha256sum"},
                     300s);
-  auto expected = run(s.dir, "sha256sum", {body});
+  auto sent = run(s.dir, "sha256sum", {body});
   REQUIRE(echoed.exit_code == 0);
-  CHECK(echoed.output.substr(0, 64) == expected.output.substr(0, 64));
+  CHECK(echoed.output.substr(0, 64) == sent.output.substr(0, 64));
+
+  // Random bytes both ways at once through the echo listener: what the origin received and
+  // what came back both match what was sent, in order.
+  const size_t chunks = scaled_bytes(256) ;  // MiB
+  Conn c(s.echo_listen);
+  REQUIRE(c.connected());
+  Sha256 sent_hash;
+  std::thread writer([&] {
+    for (size_t i = 0; i < chunks; ++i) {
+      if (!c.write(random_bytes(1 << 20, 100 + i))) return;
+    }
+    c.shutdown_write();
+  });
+  for (size_t i = 0; i < chunks; ++i) sent_hash.update(random_bytes(1 << 20, 100 + i));
+  Sha256 back;
+  size_t got = 0;
+  while (got < chunks << 20) {
+    std::string part = c.read(std::min<size_t>(1 << 20, (chunks << 20) - got), 10s * kSlowFactor);
+    if (part.empty()) break;
+    got += part.size();
+    back.update(part);
+  }
+  writer.join();
+  std::string want = sent_hash.hex();
+  CHECK(got == chunks << 20);
+  CHECK(back.hex() == want);
+  CHECK(eventually(
+      [&] {
+        auto d = s.echo.digests();
+        return std::find(d.begin(), d.end(), want) != d.end();
+      },
+      5s * kSlowFactor));
+}
+
+TEST_CASE("node to control plane: a stalled node-side client holds up no other tunnel",
+          "[e2e][node]") {
+  KONN_REQUIRE_DAEMONS();
+  NodeStack s;
+  REQUIRE(s.node_ready(10s));
+  // This client sends 64 MiB to the echo origin and reads nothing back: its tunnel fills its
+  // windows and stops, the rest of the agent's stream does not.
+  Conn stalled(s.echo_listen);
+  REQUIRE(stalled.connected());
+  std::atomic<bool> stop{false};
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    const std::string chunk(1 << 20, 's');
+    for (int i = 0; i < 64 && !stop; ++i) {
+      if (!stalled.write(chunk)) break;
+    }
+    done = true;
+  });
+  std::this_thread::sleep_for(300ms);
+  Conn other(s.echo_listen);
+  REQUIRE(other.connected());
+  for (int i = 0; i < 50; ++i) {
+    auto t0 = Clock::now();
+    INFO("round trip " << i);
+    REQUIRE(echo_round_trip(other, "ping " + std::to_string(i)));
+    CHECK(Clock::now() - t0 < 500ms * kSlowFactor);
+  }
+  // The stalled tunnel is bounded: the origin received about its windows' and socket buffers'
+  // worth, not 64 MiB.
+  uint64_t echoed = s.echo.bytes_echoed();
+  INFO("echoed while stalled: " << echoed);
+  CHECK(echoed < (48ULL << 20));
+  CHECK(echoed > (1ULL << 20));
+  // Reading lets the stalled tunnel finish.
+  stop = true;
+  size_t drained = 0;
+  while (!done) drained += stalled.read(1 << 20, 100ms).size();
+  stalled.shutdown_write();
+  for (std::string part; !(part = stalled.read(1 << 20, 2s * kSlowFactor)).empty();) {
+    drained += part.size();
+  }
+  writer.join();
+  CHECK(drained > 0);
+  CHECK(stalled.ended());
 }
 
 TEST_CASE("node to control plane: many concurrent connections", "[e2e][node]") {
@@ -391,7 +500,7 @@ TEST_CASE("node to control plane: an agent killed closes the server's side withi
   INFO("closed after " << std::chrono::duration<double>(Clock::now() - start).count() << " s");
 }
 
-TEST_CASE("node to control plane: two servers share the load; a server killed resets its tunnels",
+TEST_CASE("node to control plane: two servers share the load, a server killed resets its tunnels",
           "[e2e][node]") {
   KONN_REQUIRE_DAEMONS();
   NodeStack s(2);
@@ -453,6 +562,49 @@ TEST_CASE("node to control plane: servers without it leave the normal direction 
   std::string log = s.agent->log();
   size_t first = log.find("did not confirm node to control plane");
   CHECK(log.find("did not confirm node to control plane", first + 1) == std::string::npos);
+}
+
+TEST_CASE("node to control plane: limits refuse the connection alone, logged and counted",
+          "[e2e][node]") {
+  KONN_REQUIRE_DAEMONS();
+  SECTION("the agent's --max-node-to-control-plane-connections") {
+    NodeStack s(1, true, {}, {"--max-node-to-control-plane-connections=2"});
+    REQUIRE(s.node_ready(10s));
+    std::this_thread::sleep_for(100ms);  // the probe's connection is released a moment later
+    Conn a(s.echo_listen), b(s.echo_listen);
+    REQUIRE(echo_round_trip(a, "a"));
+    REQUIRE(echo_round_trip(b, "b"));
+    Conn c(s.echo_listen);
+    CHECK(c.wait_closed(1s * kSlowFactor));
+    CHECK(s.agent->wait_for_log("(--max-node-to-control-plane-connections)", 5s));
+    CHECK(echo_round_trip(a, "a still"));
+    std::string metrics = scrape_admin(s.dir, *s.agent);
+    INFO(metrics);
+    CHECK(metrics.find("konn_agent_node_dial_failures_total{reason=\"limit\"} 1") !=
+          std::string::npos);
+    CHECK(metrics.find("konn_agent_node_connections 2") != std::string::npos);
+  }
+  SECTION("the server's --max-node-to-control-plane-connections") {
+    NodeStack s(1, true, {"--max-node-to-control-plane-connections=1"});
+    REQUIRE(s.node_ready(10s));
+    std::this_thread::sleep_for(100ms);  // the probe's tunnel is released a moment later
+    Conn a(s.echo_listen);
+    REQUIRE(echo_round_trip(a, "a"));
+    Conn b(s.echo_listen);
+    CHECK(b.wait_closed(1s * kSlowFactor));
+    auto& server = s.servers[0]->process();
+    CHECK(server.wait_for_log("node-to-control-plane tunnels open "
+                              "(--max-node-to-control-plane-connections)",
+                              5s));
+    CHECK(echo_round_trip(a, "a still"));
+    std::string metrics = scrape_admin(s.dir, server);
+    INFO(metrics);
+    CHECK(metrics.find("konn_server_node_dial_failures_total{reason=\"limit\"} 1") !=
+          std::string::npos);
+    CHECK(metrics.find("konn_server_node_connections 1") != std::string::npos);
+    CHECK(metrics.find("konn_server_node_bytes_total{direction=\"to_destination\"} 8") !=
+          std::string::npos);
+  }
 }
 
 // Against upstream ANP's Go binaries (bench/build-upstream.sh), when KONN_UPSTREAM_BIN names the
