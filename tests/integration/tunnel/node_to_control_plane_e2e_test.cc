@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -498,6 +499,26 @@ TEST_CASE("node to control plane: an agent killed closes the server's side withi
   for (auto& c : conns) CHECK(c->wait_closed(1s * kSlowFactor));
   CHECK(eventually([&] { return s.echo.active() == 0; }, 1s * kSlowFactor));
   INFO("closed after " << std::chrono::duration<double>(Clock::now() - start).count() << " s");
+}
+
+TEST_CASE("node to control plane: a draining agent closes its node-side connections at once",
+          "[e2e][node]") {
+  KONN_REQUIRE_DAEMONS();
+  NodeStack s;
+  REQUIRE(s.node_ready(10s));
+  std::vector<std::unique_ptr<Conn>> conns;
+  for (int i = 0; i < 3; ++i) {
+    conns.push_back(std::make_unique<Conn>(s.echo_listen));
+    REQUIRE(echo_round_trip(*conns.back(), "x"));
+  }
+  s.agent->kill(SIGTERM);
+  for (auto& c : conns) CHECK(c->wait_closed(1s * kSlowFactor));
+  CHECK(s.agent->wait_for_log("closing 3 node-to-control-plane connection(s): agent draining", 5s));
+  // The servers were told: their destination side is closed too.
+  CHECK(eventually([&] { return s.echo.active() == 0; }, 1s * kSlowFactor));
+  // And the listener is gone: a new node-side connection is refused by the kernel.
+  Conn late(s.echo_listen);
+  CHECK((!late.connected() || late.wait_closed(1s * kSlowFactor)));
 }
 
 TEST_CASE("node to control plane: two servers share the load, a server killed resets its tunnels",
