@@ -154,10 +154,12 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats,
                                   "Node-to-control-plane connections closed before their tunnel "
                                   "opened, by reason: the server's dial failed or was refused "
                                   "(server_error), no server confirmed the extension "
-                                  "(no_server), --max-node-to-control-plane-connections (limit)")
+                                  "(no_server), --max-node-to-control-plane-connections (limit), "
+                                  "no answer within 30s (timeout)")
                               .Register(r);
     counter(node_failures, {{"reason", "server_error"}}, n.dial_failures);
     counter(node_failures, {{"reason", "no_server"}}, n.no_server_refusals);
+    counter(node_failures, {{"reason", "timeout"}}, n.dial_timeouts);
     counter(node_failures, {{"reason", "limit"}},
             n.limits_hit[AgentStats::LimitEndpointConnections]);
     auto& node_bytes = prometheus::BuildCounter()

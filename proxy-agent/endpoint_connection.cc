@@ -31,6 +31,11 @@ spdlog::logger& node_logger() {
 // Writes gathered into one async_write (one writev): enough to empty a queue of small packets.
 constexpr size_t kMaxGather = 16;
 
+// How long a node-side connection waits for the server's answer to its dial (the server bounds
+// its own dial with --node-to-control-plane-dial-timeout; this only covers a server that never
+// answers), as konnectivity-client's dial backstop.
+constexpr std::chrono::seconds kNodeDialBackstop{30};
+
 }  // namespace
 
 const char* to_string(EndpointConnection::State s) {
@@ -105,7 +110,7 @@ void EndpointConnection::start(std::string address) {
 }
 
 void EndpointConnection::start_accepted(asio::ip::tcp::socket socket, std::string address) {
-  accepted_ = true;
+  accepted_ = true;  // before the dial is sent: the stream's reaction checks it on the answer
   arm_half_close_bound();
   asio::post(ctx_, [self = shared_from_this(), s = std::move(socket),
                     address = std::move(address)]() mutable {
@@ -120,7 +125,17 @@ void EndpointConnection::start_accepted(asio::ip::tcp::socket socket, std::strin
     if (!self->send_packet(std::move(req))) {
       self->close_reason_ = "server stream closing";
       self->finish_close();
+      return;
     }
+    self->cancel_timer_.expires_after(kNodeDialBackstop);
+    self->cancel_timer_.async_wait([weak = self->weak_from_this()](std::error_code ec) {
+      auto me = weak.lock();
+      if (ec || !me || me->state_ != State::Dialing) return;
+      me->stats_->dial_timeouts.fetch_add(1, std::memory_order_relaxed);
+      KONN_CONN_LOG((&me->logger()), warn, *me, "no answer from the server within {}s",
+                    kNodeDialBackstop.count());
+      me->stop_dial("no answer from the server", true);
+    });
   });
 }
 
@@ -142,6 +157,7 @@ void EndpointConnection::dial_answered(int64_t connect_id, std::string error) {
       self->finish_close();
       return;
     }
+    self->cancel_timer_.cancel();
     self->connect_id_ = connect_id;
     self->prefix_ = self->make_prefix();
     self->set_state(State::Established);

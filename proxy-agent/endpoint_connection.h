@@ -97,7 +97,8 @@ class EndpointConnection : public core::tunnel::WriteListener,
   // and waits for dial_answered(). Call once (instead of start()), after the connection was
   // added to its table by dial id.
   void start_accepted(asio::ip::tcp::socket socket, std::string address);
-  // The answer to start_accepted()'s dial. On success the caller has already made the
+  // The answer to start_accepted()'s dial (without one within 30 s the connection gives up and
+  // sends KONN_NODE_DIAL_CLS). On success the caller has already made the
   // connection findable by `connect_id` (ConnectionTable::establish), before the next packet of
   // the stream is read.
   void dial_answered(int64_t connect_id, std::string error);
@@ -122,7 +123,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   void on_written(size_t data_bytes) override;
 
   int64_t connect_id() const { return connect_id_; }
-  bool accepted() const { return accepted_; }
+  bool accepted() const { return accepted_.load(); }
   int64_t dial_id() const { return dial_id_; }
   // "[C<connectID> D<dialID> S<serverID>] " for KONN_CONN_LOG.
   const std::string& log_prefix() const { return prefix_; }
@@ -189,7 +190,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   const EndpointSettings settings_;
   std::shared_ptr<AgentStats> stats_;
   std::string prefix_;  // rebuilt once with connect_id_
-  bool accepted_ = false;  // start_accepted(): we dial through the peer
+  std::atomic<bool> accepted_{false};  // start_accepted(): we dial through the peer
 
   State state_ = State::Dialing;
   asio::ip::tcp::socket socket_;
