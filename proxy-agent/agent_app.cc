@@ -24,7 +24,8 @@ constexpr std::chrono::seconds kAbortStopWait{2};
 AgentApp::AgentApp(const AgentOptions& options)
     : options_(options),
       guard_(control_.get_executor()),
-      servers_(std::make_shared<ServerSet>(options_, pool_, control_, *driver_, stats_)) {}
+      servers_(std::make_shared<ServerSet>(options_, pool_, control_, *driver_, stats_,
+                                           node_stats_)) {}
 
 AgentApp::~AgentApp() { stop(); }
 
@@ -52,6 +53,11 @@ void AgentApp::start() {
   control_thread_ = std::thread([this] { control_.run(); });
   servers_->start();
   if (leases_) leases_->start();
+  if (!options_.node_to_control_plane_listen.empty()) {
+    node_listener_ =
+        std::make_shared<NodeListener>(options_, control_, pool_, servers_, node_stats_);
+    node_listener_->start();
+  }
   start_listeners();
 }
 
@@ -101,6 +107,11 @@ void AgentApp::start_listeners() {
 
 void AgentApp::drain() {
   asio::post(control_, [this] {
+    // Node-side clients go elsewhere at once (their next connect is refused by the kernel, or
+    // reaches the agent that replaces this one); their open connections are closed now rather
+    // than held until the drain ends.
+    if (node_listener_) node_listener_->stop();
+    servers_->close_node_connections("agent draining");
     servers_->drain();
     asio::co_spawn(control_, watch_drain(), asio::detached);
   });
@@ -130,6 +141,7 @@ void AgentApp::stop(bool graceful) {
   if (stopped_) return;
   stopped_ = true;
   if (leases_) leases_->stop();
+  if (node_listener_) node_listener_->stop();
   if (started_) {
     bool done = servers_->stop(!graceful, graceful ? kGracefulStopWait : kAbortStopWait);
     if (!done && graceful) done = servers_->stop(true, kAbortStopWait);

@@ -16,6 +16,7 @@
 #include "proxy-agent/agent_options.h"
 #include "proxy-agent/agent_stats.h"
 #include "proxy-agent/lease_counter.h"
+#include "proxy-agent/node_listener.h"
 #include "proxy-agent/server_set.h"
 
 namespace konn::agent {
@@ -46,10 +47,16 @@ class AgentApp {
 
   ServerSet& servers() { return *servers_; }
   const AgentStats& stats() const { return *stats_; }
+  // Node-to-control-plane connections' counters.
+  const AgentStats& node_stats() const { return *node_stats_; }
   // Bound ports of the health (/healthz /readyz /metrics) and admin (/metrics) listeners; 0 when
   // a listener could not start.
   uint16_t health_port() const { return health_ ? health_->port() : 0; }
   uint16_t admin_port() const { return admin_ ? admin_->port() : 0; }
+  // Bound ports of the --node-to-control-plane-listen addresses, in flag order.
+  std::vector<uint16_t> node_listen_ports() const {
+    return node_listener_ ? node_listener_->ports() : std::vector<uint16_t>{};
+  }
 
  private:
   // Health and admin listeners. A port already in use is logged, not fatal: the tunnel matters
@@ -60,6 +67,7 @@ class AgentApp {
 
   const AgentOptions options_;  // a copy: the loops read it for the app's whole life
   std::shared_ptr<AgentStats> stats_ = std::make_shared<AgentStats>();
+  std::shared_ptr<AgentStats> node_stats_ = std::make_shared<AgentStats>();
   // The server streams' completion queue and its thread; declared first of the threads so it
   // is destroyed last, after everything that could still hold a stream.
   // Released rather than destroyed when a stream did not end in stop(): shutting its queue down
@@ -71,7 +79,9 @@ class AgentApp {
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::thread control_thread_;
   std::shared_ptr<ServerSet> servers_;
-  AgentMetrics metrics_{stats_};
+  AgentMetrics metrics_{
+      stats_, options_.node_to_control_plane_listen.empty() ? nullptr : node_stats_};
+  std::shared_ptr<NodeListener> node_listener_;  // with --node-to-control-plane-listen
   std::unique_ptr<core::admin::AdminServer> health_;
   std::unique_ptr<core::admin::AdminServer> admin_;
   std::unique_ptr<LeaseCounter> leases_;

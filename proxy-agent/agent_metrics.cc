@@ -16,7 +16,9 @@ const prometheus::Histogram::BucketBoundaries& latency_buckets() {
 
 }  // namespace
 
-AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std::move(stats)) {
+AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats,
+                           std::shared_ptr<const AgentStats> node_stats)
+    : stats_(std::move(stats)), node_stats_(std::move(node_stats)) {
   auto& r = registry_.prometheus();
   auto gauge = [&](const std::string& name, const std::string& help,
                    const std::atomic<int64_t>& source) {
@@ -148,6 +150,41 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats) : stats_(std
                      .Register(r);
   for (int i = 0; i < AgentStats::kLimits; ++i) {
     counter(limits, {{"limit", AgentStats::kLimitNames[i]}}, s.limits_hit[i]);
+  }
+  if (node_stats_) {
+    // Node to control plane: connections accepted on --node-to-control-plane-listen.
+    const AgentStats& n = *node_stats_;
+    gauge("konn_agent_node_connections",
+          "Open node-to-control-plane connections (accepted, tunnelled to a proxy-server)",
+          n.open_endpoint_connections);
+    own("node_dials_total", "Node-to-control-plane connections accepted and sent to a server", {},
+        n.dials);
+    auto& node_failures = prometheus::BuildCounter()
+                              .Name("konn_agent_node_dial_failures_total")
+                              .Help(
+                                  "Node-to-control-plane connections closed before their tunnel "
+                                  "opened, by reason: the server's dial failed or was refused "
+                                  "(server_error), no server confirmed the extension "
+                                  "(no_server), --max-node-to-control-plane-connections (limit), "
+                                  "no answer within 30s (timeout)")
+                              .Register(r);
+    counter(node_failures, {{"reason", "server_error"}}, n.dial_failures);
+    counter(node_failures, {{"reason", "no_server"}}, n.no_server_refusals);
+    counter(node_failures, {{"reason", "timeout"}}, n.dial_timeouts);
+    counter(node_failures, {{"reason", "limit"}},
+            n.limits_hit[AgentStats::LimitEndpointConnections]);
+    auto& node_bytes = prometheus::BuildCounter()
+                           .Name("konn_agent_node_bytes_total")
+                           .Help("Node-to-control-plane bytes relayed, by direction")
+                           .Register(r);
+    counter(node_bytes, {{"direction", "to_node"}}, n.bytes_to_endpoints);
+    counter(node_bytes, {{"direction", "from_node"}}, n.bytes_from_endpoints);
+    own("node_half_close_timeouts_total",
+        "Node-to-control-plane connections closed by --half-close-timeout", {},
+        n.half_close_timeouts);
+    own("node_queue_overflow_total",
+        "Node-to-control-plane connections closed alone because their write queue passed its cap",
+        {}, n.queue_overflow_closes);
   }
 }
 

@@ -24,7 +24,9 @@ namespace konn::agent {
 // registry at scrape time. Thread-safe (one lock, held during a scrape).
 class AgentMetrics {
  public:
-  explicit AgentMetrics(std::shared_ptr<const AgentStats> stats);
+  // `node_stats`: the node-to-control-plane connections' counters (konn_agent_node_*), or null.
+  explicit AgentMetrics(std::shared_ptr<const AgentStats> stats,
+                        std::shared_ptr<const AgentStats> node_stats = nullptr);
   AgentMetrics(const AgentMetrics&) = delete;
   AgentMetrics& operator=(const AgentMetrics&) = delete;
 
@@ -45,6 +47,7 @@ class AgentMetrics {
   };
 
   std::shared_ptr<const AgentStats> stats_;
+  std::shared_ptr<const AgentStats> node_stats_;
   std::mutex mu_;
   core::metrics::Registry registry_;
   std::vector<CounterLink> counters_;

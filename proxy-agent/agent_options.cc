@@ -145,6 +145,13 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("half-close-timeout", &half_close_timeout,
         "Close an endpoint connection whose one side finished sending (half-close) once nothing "
         "moved for this long");
+  p.add("node-to-control-plane-listen", &node_to_control_plane_listen,
+        "konn, node to control plane: ADDR:PORT (repeatable) where node-side clients connect; "
+        "each connection is tunnelled to a proxy-server, which dials its first "
+        "--node-to-control-plane-destinations (or the HOST:PORT given as ADDR:PORT=HOST:PORT)");
+  p.add("max-node-to-control-plane-connections", &max_node_to_control_plane_connections,
+        "Node-to-control-plane connections (asking or open) at once; more are closed when "
+        "accepted (0: no limit)");
   p.add("warn-on-channel-limit", &warn_on_channel_limit, "Accepted for compatibility");
   p.add("count-server-leases", &count_server_leases,
         "Count the proxy-servers' valid Leases to know how many servers to connect to");
@@ -167,6 +174,27 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("enable-contention-profiling", &enable_contention_profiling, "Accepted for compatibility");
   // klog flags that upstream manifests pass.
   core::config::register_log_flags(p, &log_level, &log_file);
+}
+
+std::optional<NodeListen> parse_node_listen(const std::string& text, std::string* error) {
+  auto eq = text.find('=');
+  std::string listen = text.substr(0, eq);
+  NodeListen out;
+  auto hp = core::net::parse_host_port(listen);
+  if (!hp || hp->host.empty()) {
+    *error = "\"" + listen + "\" is not ADDR:PORT";
+    return std::nullopt;
+  }
+  out.listen = *hp;
+  if (eq != std::string::npos) {
+    out.destination = text.substr(eq + 1);
+    auto dest = core::net::parse_host_port(out.destination);
+    if (!dest || dest->host.empty() || dest->port == 0) {
+      *error = "destination \"" + out.destination + "\" is not HOST:PORT";
+      return std::nullopt;
+    }
+  }
+  return out;
 }
 
 void AgentOptions::apply_environment() {
@@ -221,6 +249,13 @@ std::vector<std::string> AgentOptions::validate() const {
   if (max_endpoint_connections < 0) {
     errors.push_back("--max-endpoint-connections: must be 0 (no limit) or positive");
   }
+  for (const auto& l : node_to_control_plane_listen) {
+    std::string why;
+    if (!parse_node_listen(l, &why)) errors.push_back("--node-to-control-plane-listen: " + why);
+  }
+  if (max_node_to_control_plane_connections < 0) {
+    errors.push_back("--max-node-to-control-plane-connections: must be 0 (no limit) or positive");
+  }
   if (server_count_source != "default" && server_count_source != "max") {
     errors.push_back("--server-count-source: must be default or max, got \"" + server_count_source +
                      "\"");
@@ -261,6 +296,10 @@ void AgentOptions::print(spdlog::logger& log) const {
       fmt::join(allowed_destinations, ","), max_endpoint_connections,
       format_go_duration(half_close_timeout));
   log.info("egress HTTP proxy towards the proxy-servers: {}", egress_proxy().describe());
+  if (!node_to_control_plane_listen.empty()) {
+    log.info("node to control plane: listening on {}; at most {} connections (0: no limit)",
+             fmt::join(node_to_control_plane_listen, ","), max_node_to_control_plane_connections);
+  }
   if (!alpn_protos.empty()) {
     log.warn("--alpn-proto {} ignored: gRPC C++ 1.51 offers only the h2 ALPN id",
              fmt::join(alpn_protos, ","));

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,11 +9,20 @@
 #include "core/config/duration.h"
 #include "core/config/flag_parser.h"
 #include "core/net/destination_policy.h"
+#include "core/net/endpoint.h"
 #include "proxy-agent/egress_proxy.h"
 
 namespace konn::agent {
 
 using core::config::Duration;
+
+// One --node-to-control-plane-listen value.
+struct NodeListen {
+  core::net::HostPort listen;
+  std::string destination;  // empty: the server's first destination
+};
+// Parses "ADDR:PORT" or "ADDR:PORT=HOST:PORT"; nullopt with `error` set when malformed.
+std::optional<NodeListen> parse_node_listen(const std::string& text, std::string* error);
 
 // Every proxy-agent flag, with upstream ANP's names and defaults so existing DaemonSets work.
 // Immutable after parsing; passed by const& to whoever needs it.
@@ -59,6 +69,15 @@ struct AgentOptions {
   // konn: an endpoint connection with one side finished sending (a half-close, on tunnels dialled
   // with konnHalfClose) is closed once nothing moved for this long.
   Duration half_close_timeout = std::chrono::seconds(30);
+
+  // konn, node to control plane (KEP-2025): addresses where node-side clients connect, each
+  // "ADDR:PORT" (the server's first --node-to-control-plane-destinations) or
+  // "ADDR:PORT=HOST:PORT" (that destination, which must be on the server's list). Each accepted
+  // connection is tunnelled to a proxy-server that confirmed the extension.
+  std::vector<std::string> node_to_control_plane_listen;
+  // konn: node-to-control-plane connections (asking or open) at once, over all server streams;
+  // a connection accepted past it is closed at once (0: no limit).
+  int max_node_to_control_plane_connections = 10000;
 
   // Health (/healthz /readyz /metrics) and admin (/metrics) listeners.
   std::string health_server_host;

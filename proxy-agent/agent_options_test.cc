@@ -203,3 +203,33 @@ TEST_CASE("agent --proxy-url and --server-connect-timeout", "[agent][options][eg
   CHECK(mentions(bad.errors, "--proxy-url: scheme \"socks5\" is not supported"));
   CHECK(mentions(bad.errors, "--server-connect-timeout: must be at least 100ms"));
 }
+
+TEST_CASE("node-to-control-plane listeners parse as ADDR:PORT[=HOST:PORT]", "[agent][options]") {
+  auto p = parse({"--node-to-control-plane-listen=127.0.0.1:6443",
+                  "--node-to-control-plane-listen=[::1]:6443=kube-apiserver.example:443",
+                  "--max-node-to-control-plane-connections=5"});
+  CHECK(p.errors.empty());
+  REQUIRE(p.options.node_to_control_plane_listen.size() == 2);
+  CHECK(p.options.max_node_to_control_plane_connections == 5);
+  std::string error;
+  auto a = parse_node_listen(p.options.node_to_control_plane_listen[0], &error);
+  REQUIRE(a);
+  CHECK(a->listen.host == "127.0.0.1");
+  CHECK(a->listen.port == 6443);
+  CHECK(a->destination.empty());
+  auto b = parse_node_listen(p.options.node_to_control_plane_listen[1], &error);
+  REQUIRE(b);
+  CHECK(b->listen.host == "::1");
+  CHECK(b->destination == "kube-apiserver.example:443");
+  CHECK(parse({}).options.node_to_control_plane_listen.empty());
+  CHECK(parse({}).options.max_node_to_control_plane_connections == 10000);
+
+  auto bad = parse({"--node-to-control-plane-listen=6443",
+                    "--node-to-control-plane-listen=127.0.0.1:6443=apiserver",
+                    "--max-node-to-control-plane-connections=-1"});
+  CHECK(mentions(bad.errors, "--node-to-control-plane-listen: \"6443\" is not ADDR:PORT"));
+  CHECK(mentions(bad.errors,
+                 "--node-to-control-plane-listen: destination \"apiserver\" is not HOST:PORT"));
+  CHECK(mentions(bad.errors, "--max-node-to-control-plane-connections"));
+  CHECK(bad.errors.size() == 3);
+}

@@ -39,6 +39,8 @@ struct AgentStats {
   std::atomic<uint64_t> unknown_connect_ids{0};  // DATA/CLOSE_REQ for a connection we lack
   std::atomic<uint64_t> bytes_to_endpoints{0};
   std::atomic<uint64_t> bytes_from_endpoints{0};
+  // Node to control plane only: connections closed at accept because no server confirmed it.
+  std::atomic<uint64_t> no_server_refusals{0};
 
   // Dials refused before any connect (konn_agent_dials_refused_total{reason}).
   enum RefusedDial { RefusedDestination, RefusedProtocol, kRefusedDialReasons };

@@ -1,6 +1,7 @@
 #include "proxy-agent/endpoint_connection.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/config/duration.h"
 #include "core/error/errc.h"
@@ -17,13 +18,23 @@ using core::io::use_nothrow;
 using core::relay::PauseReason;
 namespace tunnel = core::tunnel;
 
-spdlog::logger& logger() {
+spdlog::logger& forward_logger() {
   static const auto log = core::log::get("agent.endpoint");
+  return *log;
+}
+
+spdlog::logger& node_logger() {
+  static const auto log = core::log::get("node.tunnel");
   return *log;
 }
 
 // Writes gathered into one async_write (one writev): enough to empty a queue of small packets.
 constexpr size_t kMaxGather = 16;
+
+// How long a node-side connection waits for the server's answer to its dial (the server bounds
+// its own dial with --node-to-control-plane-dial-timeout; this only covers a server that never
+// answers), as konnectivity-client's dial backstop.
+constexpr std::chrono::seconds kNodeDialBackstop{30};
 
 }  // namespace
 
@@ -57,8 +68,7 @@ EndpointConnection::EndpointConnection(asio::io_context& ctx,
       server_id_(std::move(server_id)),
       settings_(settings),
       stats_(std::move(stats)),
-      prefix_("[C" + std::to_string(connect_id) + " D" + std::to_string(dial_id) + " S" +
-              server_id_ + "] "),
+      prefix_(make_prefix()),
       socket_(ctx),
       cancel_timer_(ctx, asio::steady_timer::time_point::max()),
       gate_timer_(ctx),
@@ -73,7 +83,114 @@ EndpointConnection::~EndpointConnection() {
   end_half_close();
 }
 
+spdlog::logger& EndpointConnection::logger() const {
+  return settings_.node_direction ? node_logger() : forward_logger();
+}
+
+std::string EndpointConnection::make_prefix() const {
+  // Node tunnels name their peer as the caller gave it ("A<agent id>" on the server,
+  // "S<server id>" on the agent).
+  if (settings_.node_direction) {
+    return "[node C" + std::to_string(connect_id_) + " D" + std::to_string(dial_id_) + " " +
+           server_id_ + "] ";
+  }
+  return "[C" + std::to_string(connect_id_) + " D" + std::to_string(dial_id_) + " S" + server_id_ +
+         "] ";
+}
+
+bool EndpointConnection::send_packet(Packet&& p,
+                                     std::shared_ptr<core::tunnel::WriteListener> listener) {
+  if (settings_.node_direction) p.set_type(static_cast<PacketType>(tunnel::to_node_type(p.type())));
+  return stream_->send(std::move(p), std::move(listener));
+}
+
 void EndpointConnection::start(std::string address) {
+  arm_half_close_bound();
+  asio::co_spawn(ctx_, dial(std::move(address)), asio::detached);
+}
+
+void EndpointConnection::start_accepted(asio::ip::tcp::socket socket, std::string address) {
+  accepted_ = true;  // before the dial is sent: the stream's reaction checks it on the answer
+  arm_half_close_bound();
+  asio::post(ctx_, [self = shared_from_this(), s = std::move(socket),
+                    address = std::move(address)]() mutable {
+    self->socket_ = std::move(s);
+    std::error_code ignored;
+    self->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+    self->stats_->dials.fetch_add(1, std::memory_order_relaxed);
+    KONN_CONN_LOG((&self->logger()), debug, *self, "asking the server to dial {}",
+                  address.empty() ? std::string("its destination") : address);
+    Packet req = tunnel::make_dial_request(address, self->dial_id_);
+    req.mutable_dialrequest()->set_konnhalfclose(self->settings_.half_close);
+    if (!self->send_packet(std::move(req))) {
+      self->close_reason_ = "server stream closing";
+      self->finish_close();
+      return;
+    }
+    self->cancel_timer_.expires_after(kNodeDialBackstop);
+    self->cancel_timer_.async_wait([weak = self->weak_from_this()](std::error_code ec) {
+      auto me = weak.lock();
+      if (ec || !me || me->state_ != State::Dialing) return;
+      me->stats_->dial_timeouts.fetch_add(1, std::memory_order_relaxed);
+      KONN_CONN_LOG((&me->logger()), warn, *me, "no answer from the server within {}s",
+                    kNodeDialBackstop.count());
+      me->stop_dial("no answer from the server", true);
+    });
+  });
+}
+
+void EndpointConnection::dial_answered(int64_t connect_id, std::string error) {
+  asio::post(ctx_, [self = shared_from_this(), connect_id, error = std::move(error)] {
+    if (self->state_ != State::Dialing) {
+      // Closed while the server dialled, or a second answer: the server must forget the tunnel
+      // it opened for us, and the table the id the stream registered for it (only that id).
+      if (error.empty() && connect_id != 0 && connect_id != self->connect_id_) {
+        self->table_->remove(std::numeric_limits<int64_t>::min(), connect_id, self.get());
+        self->send_packet(tunnel::make_close_response(connect_id, "dialler gone"));
+      }
+      return;
+    }
+    if (!error.empty()) {
+      self->stats_->dial_failures.fetch_add(1, std::memory_order_relaxed);
+      KONN_CONN_LOG((&self->logger()), warn, *self, "dial failed at the server: {}", error);
+      self->close_reason_ = "dial failed: " + error;
+      self->finish_close();
+      return;
+    }
+    self->cancel_timer_.cancel();
+    self->connect_id_ = connect_id;
+    self->prefix_ = self->make_prefix();
+    self->set_state(State::Established);
+    self->stats_->observe_dial(std::chrono::steady_clock::now() - self->started_);
+    self->stats_->open_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
+    asio::co_spawn(self->ctx_, self->read_loop(), asio::detached);
+    self->write_next();  // DATA that arrived with the answer
+  });
+}
+
+void EndpointConnection::peer_closed(std::string error) {
+  asio::post(ctx_, [self = shared_from_this(), error = std::move(error)] {
+    std::string reason = "closed by the peer" + (error.empty() ? "" : ": " + error);
+    if (self->state_ == State::Dialing) {
+      self->stop_dial(reason, false);
+      return;
+    }
+    self->close(reason, CloseFlags::Flush);
+  });
+}
+
+void EndpointConnection::stop_dial(const std::string& reason, bool tell_peer) {
+  if (!accepted_) {
+    dial_cancelled_ = true;
+    cancel_timer_.cancel();
+    return;
+  }
+  if (tell_peer) send_packet(tunnel::make_close_dial(dial_id_));
+  close_reason_ = reason;
+  finish_close();
+}
+
+void EndpointConnection::arm_half_close_bound() {
   if (settings_.half_close) {
     std::weak_ptr<EndpointConnection> weak = weak_from_this();
     quiet_ = std::make_unique<tunnel::QuietTimer>(ctx_.get_executor(), [weak] {
@@ -83,11 +200,10 @@ void EndpointConnection::start(std::string address) {
       std::string reason = "half-closed connection quiet for " +
                            core::config::format_go_duration(self->settings_.half_close_timeout) +
                            " (--half-close-timeout)";
-      KONN_CONN_LOG((&logger()), info, *self, "closing: {}", reason);
+      KONN_CONN_LOG((&self->logger()), info, *self, "closing: {}", reason);
       self->close(reason, CloseFlags::SendCloseResponse, reason);
     });
   }
-  asio::co_spawn(ctx_, dial(std::move(address)), asio::detached);
 }
 
 void EndpointConnection::deliver(Packet&& data) {
@@ -128,8 +244,7 @@ void EndpointConnection::close_request() {
 void EndpointConnection::cancel_dial() {
   asio::post(ctx_, [self = shared_from_this()] {
     if (self->state_ == State::Dialing) {
-      self->dial_cancelled_ = true;
-      self->cancel_timer_.cancel();
+      self->stop_dial("dial cancelled by the peer", false);
       return;
     }
     self->close("DIAL_CLS from server", CloseFlags::SendCloseResponse);
@@ -160,7 +275,7 @@ void EndpointConnection::endpoint_eof() {
   endpoint_eof_ = true;
   one_side_finished();
   KONN_CONN_LOG((&logger()), debug, *this, "endpoint finished sending: half-close to the server");
-  if (!stream_->send(tunnel::make_close_write(connect_id_))) {
+  if (!send_packet(tunnel::make_close_write(connect_id_))) {
     close("server stream closing", CloseFlags::None);
   }
 }
@@ -198,9 +313,11 @@ void EndpointConnection::add_credit(int64_t bytes) {
 
 void EndpointConnection::abandon() {
   asio::post(ctx_, [self = shared_from_this()] {
+    // A node-side client learns that its tunnel broke from a reset, not from an EOF that could
+    // pass for the end of a response.
+    self->reset_ = self->settings_.node_direction;
     if (self->state_ == State::Dialing) {
-      self->dial_cancelled_ = true;
-      self->cancel_timer_.cancel();
+      self->stop_dial("server stream ended while dialing", false);
       return;
     }
     self->close("server stream ended", CloseFlags::None);
@@ -242,7 +359,7 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
     stats_->dials_refused[AgentStats::RefusedDestination].fetch_add(1, std::memory_order_relaxed);
     std::string error = result.error_text + " by the agent's --allowed-destinations";
     KONN_CONN_LOG((&logger()), warn, *this, "dial refused: {}", error);
-    stream_->send(tunnel::make_dial_response(dial_id_, 0, error));
+    send_packet(tunnel::make_dial_response(dial_id_, 0, error));
     close_reason_ = "dial refused: destination not allowed";
     finish_close();
     co_return;
@@ -253,7 +370,7 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
     } else {
       stats_->dial_failures.fetch_add(1, std::memory_order_relaxed);
     }
-    stream_->send(tunnel::make_dial_response(dial_id_, 0, result.error_text));
+    send_packet(tunnel::make_dial_response(dial_id_, 0, result.error_text));
     close_reason_ = "dial failed: " + result.error_text;
     finish_close();
     co_return;
@@ -269,7 +386,7 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
   stats_->open_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
   Packet rsp = tunnel::make_dial_response(dial_id_, connect_id_);
   rsp.mutable_dialresponse()->set_konnhalfclose(settings_.half_close);
-  if (!stream_->send(std::move(rsp))) {
+  if (!send_packet(std::move(rsp))) {
     close("server stream closing", CloseFlags::None);
     co_return;
   }
@@ -324,7 +441,7 @@ core::io::Awaitable<void> EndpointConnection::read_loop() {
     int64_t in_stream = in_stream_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
     if (settings_.flow_control) credit_ -= static_cast<int64_t>(n);
     stats_->bytes_from_endpoints.fetch_add(n, std::memory_order_relaxed);
-    if (!stream_->send(tunnel::make_data(connect_id_, std::move(buf)), self)) {
+    if (!send_packet(tunnel::make_data(connect_id_, std::move(buf)), self)) {
       close("server stream closing", CloseFlags::None);
       break;
     }
@@ -352,7 +469,7 @@ void EndpointConnection::written_to_socket(size_t n, bool return_credit) {
   if (!settings_.flow_control || !return_credit) return;
   // The worker and a direct write may both get here; CreditReturn hands the batch to one.
   int64_t bytes = credit_to_return_.written(n);
-  if (bytes > 0 && stream_->send(tunnel::make_window_update(connect_id_, bytes))) {
+  if (bytes > 0 && send_packet(tunnel::make_window_update(connect_id_, bytes))) {
     stats_->window_updates_sent.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -432,8 +549,7 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
                                const std::string& error) {
   if (state_ == State::Closing || state_ == State::Closed) return;
   if (state_ == State::Dialing) {  // nothing to flush and no DIAL_RSP yet: just stop the dial
-    dial_cancelled_ = true;
-    cancel_timer_.cancel();
+    stop_dial(reason, true);
     return;
   }
   write_role_.close();
@@ -446,7 +562,7 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
   gate_timer_.cancel();
   if (has(flags, CloseFlags::SendCloseResponse)) {
     // Queued after every DATA this connection sent, so the server sees them first.
-    stream_->send(tunnel::make_close_response(connect_id_, error));
+    send_packet(tunnel::make_close_response(connect_id_, error));
   }
   flushing_ = has(flags, CloseFlags::Flush);
   if (!flushing_ || (!writing_ && writes_.empty())) {
@@ -469,7 +585,11 @@ void EndpointConnection::finish_close() {
   write_role_.close();  // before the descriptor can be closed and reused
   end_half_close();
   std::error_code ignored;
-  socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+  if (reset_) {
+    socket_.set_option(asio::socket_base::linger(true, 0), ignored);  // close() sends RST
+  } else {
+    socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+  }
   socket_.close(ignored);
   flush_timer_.cancel();
   gate_timer_.cancel();

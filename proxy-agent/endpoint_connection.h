@@ -11,6 +11,7 @@
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
+#include <spdlog/logger.h>
 
 #include "core/io/asio_compat.h"
 #include "core/io/descriptor_reserve.h"
@@ -49,6 +50,11 @@ struct EndpointSettings {
   // Half-close: once one side finished sending, the connection is closed (CLOSE_RSP) when
   // nothing moved for this long (--half-close-timeout).
   std::chrono::nanoseconds half_close_timeout = std::chrono::seconds(30);
+  // A node-to-control-plane tunnel (KEP-2025): every packet goes out as its KONN_NODE_* twin
+  // (its ids live apart from the forward tunnels' on the same stream), and lines are logged under
+  // the `node.tunnel` component. Used by the server for the destinations it dials for agents,
+  // and by the agent for the connections its --node-to-control-plane-listen accepted.
+  bool node_direction = false;
 };
 
 // One TCP connection the agent dialled for the server (an ANP "endpoint connection"), and the
@@ -85,6 +91,20 @@ class EndpointConnection : public core::tunnel::WriteListener,
   // Dials `address` ("host:port"); answers DIAL_RSP with the connectID or the dial's error.
   // Call once, after the connection was added to its table.
   void start(std::string address);
+  // The dialling side of a node-to-control-plane tunnel (the agent): `socket` was accepted on a
+  // --node-to-control-plane-listen address and lives on this connection's io_context. Sends
+  // KONN_NODE_DIAL_REQ for `address` (empty: the server's first destination) with our dial id
+  // and waits for dial_answered(). Call once (instead of start()), after the connection was
+  // added to its table by dial id.
+  void start_accepted(asio::ip::tcp::socket socket, std::string address);
+  // The answer to start_accepted()'s dial (without one within 30 s the connection gives up and
+  // sends KONN_NODE_DIAL_CLS). On success the caller has already made the
+  // connection findable by `connect_id` (ConnectionTable::establish), before the next packet of
+  // the stream is read.
+  void dial_answered(int64_t connect_id, std::string error);
+  // KONN_NODE_CLOSE: the peer closed its side of the tunnel and forgot it. Queued bytes are
+  // flushed, the socket closed, and nothing is answered.
+  void peer_closed(std::string error);
   // A DATA packet from the server for this connection.
   void deliver(Packet&& data);
   // CLOSE_REQ: flush what is queued, close, answer CLOSE_RSP.
@@ -95,13 +115,15 @@ class EndpointConnection : public core::tunnel::WriteListener,
   void close_write();
   // KONN_WINDOW_UPDATE: the server consumed `bytes` more of ours.
   void add_credit(int64_t bytes);
-  // The stream ended: close at once; no packet can be sent any more.
+  // The stream ended: close at once; no packet can be sent any more. In node direction the
+  // socket is reset (SO_LINGER 0), so its client sees the tunnel break.
   void abandon();
 
   // WriteListener: `data_bytes` of our DATA left the stream's queue (gRPC thread).
   void on_written(size_t data_bytes) override;
 
   int64_t connect_id() const { return connect_id_; }
+  bool accepted() const { return accepted_.load(); }
   int64_t dial_id() const { return dial_id_; }
   // "[C<connectID> D<dialID> S<serverID>] " for KONN_CONN_LOG.
   const std::string& log_prefix() const { return prefix_; }
@@ -120,6 +142,14 @@ class EndpointConnection : public core::tunnel::WriteListener,
   }
 
   // Everything below runs on ctx_ only.
+  spdlog::logger& logger() const;
+  // Queues `p` on the stream, as its KONN_NODE_* twin for a node-to-control-plane tunnel.
+  bool send_packet(Packet&& p, std::shared_ptr<core::tunnel::WriteListener> listener = nullptr);
+  std::string make_prefix() const;
+  void arm_half_close_bound();
+  // Ends a dial that has not been answered: the dialled side stops its connect; the dialling
+  // side (accepted) tells the peer with KONN_NODE_DIAL_CLS when `tell_peer` and closes.
+  void stop_dial(const std::string& reason, bool tell_peer);
   core::io::Awaitable<void> dial(std::string address);
   core::io::Awaitable<void> read_loop();
   void enqueue_write(Packet&& data);
@@ -152,12 +182,15 @@ class EndpointConnection : public core::tunnel::WriteListener,
   asio::io_context& ctx_;
   std::shared_ptr<core::tunnel::PacketStream> stream_;
   std::shared_ptr<ConnectionTable> table_;
-  const int64_t connect_id_;
+  // Set once: at construction, or for an accepted connection by dial_answered() on ctx_ before
+  // the connection is findable by it (no other thread reads it earlier).
+  int64_t connect_id_;
   const int64_t dial_id_;
   const std::string server_id_;
   const EndpointSettings settings_;
   std::shared_ptr<AgentStats> stats_;
-  const std::string prefix_;
+  std::string prefix_;  // rebuilt once with connect_id_
+  std::atomic<bool> accepted_{false};  // start_accepted(): we dial through the peer
 
   State state_ = State::Dialing;
   asio::ip::tcp::socket socket_;
@@ -165,6 +198,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   asio::steady_timer gate_timer_;    // the paused read loop waits on it; resume cancels it
   asio::steady_timer flush_timer_;   // bounds Closing
   bool dial_cancelled_ = false;
+  bool reset_ = false;  // node direction, stream gone: the socket is closed with a reset
   core::relay::ReadGate gate_;
   int64_t credit_ = 0;         // flow control: bytes we may still send
   std::deque<Packet> writes_;  // DATA from the server; the first write_count_ are being written

@@ -53,12 +53,14 @@ struct ServerSet::Attempt {
 };
 
 ServerSet::ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
-                     core::tunnel::CompletionDriver& driver, std::shared_ptr<AgentStats> stats)
+                     core::tunnel::CompletionDriver& driver, std::shared_ptr<AgentStats> stats,
+                     std::shared_ptr<AgentStats> node_stats)
     : options_(options),
       pool_(pool),
       ctx_(ctx),
       driver_(driver),
       stats_(std::move(stats)),
+      node_stats_(std::move(node_stats)),
       egress_(options.egress_proxy()) {
   std::string error;
   auto policy = core::net::DestinationPolicy::parse(options_.allowed_destinations, &error);
@@ -236,6 +238,15 @@ std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config,
   config->endpoint.destinations = destinations_;
   config->endpoint.half_close_timeout = options_.half_close_timeout;
   config->max_endpoint_connections = options_.max_endpoint_connections;
+  if (!options_.node_to_control_plane_listen.empty() && node_stats_) {
+    config->node_to_control_plane = true;
+    config->node_stats = node_stats_;
+    // Both ends are konn: credit and half-close always hold on node tunnels.
+    config->node_endpoint.node_direction = true;
+    config->node_endpoint.flow_control = true;
+    config->node_endpoint.half_close = true;
+    config->node_endpoint.half_close_timeout = options_.half_close_timeout;
+  }
 
   // Read at every connect, so a rotated token is picked up.
   if (!options_.service_account_token_path.empty()) {
@@ -407,6 +418,21 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
     }
     target = target_count_locked();
   }
+  if (outcome == Outcome::Connected && !options_.node_to_control_plane_listen.empty() &&
+      !h.node_to_control_plane) {
+    bool first = false;
+    {
+      std::lock_guard lock(mu_);
+      first = node_refused_.insert(h.server_id).second;
+    }
+    if (first) {
+      KONN_LOG((&logger()), err,
+               "server {} at {} did not confirm node to control plane (an upstream server, or "
+               "one without --node-to-control-plane-destinations): node-side connections will "
+               "not use it; tunnels towards the nodes work as usual",
+               h.server_id, s->target());
+    }
+  }
   if (outcome == Outcome::Connected) {
     stats_->known_server_count.store(target, std::memory_order_relaxed);
     stats_->open_server_connections.fetch_add(1, std::memory_order_relaxed);
@@ -415,6 +441,51 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
   }
   finish_attempt(attempt, outcome, why);
   return outcome == Outcome::Connected;
+}
+
+std::shared_ptr<ServerStreamReactor> ServerSet::pick_node_stream() const {
+  std::vector<std::shared_ptr<ServerStreamReactor>> streams;
+  {
+    std::lock_guard lock(mu_);
+    if (draining_ || stopping_) return nullptr;
+    for (const auto& [id, s] : streams_) streams.push_back(s);
+  }
+  // Ties go round: the scan starts one server further each time.
+  if (!streams.empty()) {
+    size_t start = node_turn_.fetch_add(1, std::memory_order_relaxed) % streams.size();
+    std::rotate(streams.begin(), streams.begin() + static_cast<std::ptrdiff_t>(start),
+                streams.end());
+  }
+  std::shared_ptr<ServerStreamReactor> best;
+  size_t best_load = 0;
+  for (auto& s : streams) {
+    if (!s->node_ready()) continue;
+    size_t load = s->node_connection_count();
+    if (!best || load < best_load) {
+      best = s;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+void ServerSet::close_node_connections(const std::string& why) {
+  std::vector<std::shared_ptr<ServerStreamReactor>> streams;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, s] : streams_) streams.push_back(s);
+  }
+  for (auto& s : streams) s->close_node_connections(why);
+}
+
+size_t ServerSet::node_ready_servers() const {
+  std::vector<std::shared_ptr<ServerStreamReactor>> streams;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, s] : streams_) streams.push_back(s);
+  }
+  return static_cast<size_t>(std::count_if(streams.begin(), streams.end(),
+                                           [](const auto& s) { return s->node_ready(); }));
 }
 
 void ServerSet::on_end(std::shared_ptr<ServerStreamReactor> s, bool handshake_failed,

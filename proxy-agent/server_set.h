@@ -1,10 +1,12 @@
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,8 +39,11 @@ namespace konn::agent {
 class ServerSet : public std::enable_shared_from_this<ServerSet> {
  public:
   // The streams run on `driver`'s completion queue; it must outlive every stream.
+  // `node_stats` counts the node-to-control-plane connections (with
+  // --node-to-control-plane-listen; may be null otherwise).
   ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
-            core::tunnel::CompletionDriver& driver, std::shared_ptr<AgentStats> stats);
+            core::tunnel::CompletionDriver& driver, std::shared_ptr<AgentStats> stats,
+            std::shared_ptr<AgentStats> node_stats = nullptr);
   ~ServerSet();
   ServerSet(const ServerSet&) = delete;
   ServerSet& operator=(const ServerSet&) = delete;
@@ -63,6 +68,13 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   int64_t server_count() const;
   // A new count of valid server leases (--count-server-leases; any thread).
   void set_lease_count(int64_t count);
+  // The stream for a new node-to-control-plane connection: of the servers that confirmed the
+  // extension, the one carrying the fewest such connections; null when none did.
+  std::shared_ptr<ServerStreamReactor> pick_node_stream() const;
+  // Closes every node-to-control-plane connection (each server is told), e.g. on drain.
+  void close_node_connections(const std::string& why);
+  // Servers connected now that confirmed node to control plane.
+  size_t node_ready_servers() const;
 
  private:
   enum class Outcome { Connected, Duplicate, Failed };
@@ -92,6 +104,7 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   asio::io_context& ctx_;
   core::tunnel::CompletionDriver& driver_;
   std::shared_ptr<AgentStats> stats_;
+  std::shared_ptr<AgentStats> node_stats_;
   std::shared_ptr<const core::net::DestinationPolicy> destinations_;  // --allowed-destinations
   const EgressProxyConfig egress_;  // --proxy-url, else HTTPS_PROXY / NO_PROXY
   size_t next_host_ = 0;            // connect loop only
@@ -104,6 +117,9 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   std::optional<int64_t> lease_count_;  // last lease count, once one was listed
   bool draining_ = false;
   bool stopping_ = false;
+  // Servers that did not confirm node to control plane, each logged once.
+  std::set<std::string> node_refused_;
+  mutable std::atomic<size_t> node_turn_{0};  // pick_node_stream's tie-break
   std::shared_ptr<ServerStreamReactor> pending_;     // the attempt waiting for headers
   std::shared_ptr<asio::steady_timer> loop_timer_;   // the connect loop's wait (ctx only)
   std::shared_ptr<asio::steady_timer> probe_timer_;  // the probe loop's wait (ctx only)

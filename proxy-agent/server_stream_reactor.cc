@@ -1,6 +1,7 @@
 #include "proxy-agent/server_stream_reactor.h"
 
 #include <charconv>
+#include <random>
 
 #include "core/log/log_macros.h"
 #include "core/tunnel/packet.h"
@@ -42,6 +43,9 @@ Handshake check_headers(const std::multimap<grpc::string_ref, grpc::string_ref>&
   }
   for (auto [it, end] = md.equal_range(tunnel::kFlowControlHeader); it != end; ++it) {
     if (it->second == tunnel::kFlowControlVersion) h.flow_control = true;
+  }
+  for (auto [it, end] = md.equal_range(tunnel::kNodeToControlPlaneHeader); it != end; ++it) {
+    if (it->second == tunnel::kNodeToControlPlaneVersion) h.node_to_control_plane = true;
   }
   h.ok = true;
   return h;
@@ -91,6 +95,9 @@ void ServerStreamReactor::start() {
   if (!config_.token.empty()) context_.AddMetadata("authorization", "Bearer " + config_.token);
   context_.AddMetadata(tunnel::kFlowControlHeader, tunnel::kFlowControlVersion);
   context_.AddMetadata(tunnel::kHalfCloseHeader, tunnel::kHalfCloseVersion);
+  if (config_.node_to_control_plane) {
+    context_.AddMetadata(tunnel::kNodeToControlPlaneHeader, tunnel::kNodeToControlPlaneVersion);
+  }
   call_ = stub_->PrepareAsyncConnect(&context_, driver_.cq());
   // The call's status is asked for (Finish) once the response headers are in: a Finish issued
   // earlier would ask for them a second time.
@@ -144,6 +151,11 @@ bool ServerStreamReactor::flow_control() const {
   return flow_control_;
 }
 
+bool ServerStreamReactor::node_ready() const {
+  std::lock_guard lock(mu_);
+  return node_confirmed_ && accepted_ && !ended_;
+}
+
 std::string ServerStreamReactor::log_prefix() const {
   std::lock_guard lock(mu_);
   return "[S" + (server_id_.empty() ? std::string("?") : server_id_) + " " + config_.target + "] ";
@@ -169,6 +181,7 @@ void ServerStreamReactor::OnReadInitialMetadataDone(bool ok) {
     std::lock_guard lock(mu_);
     server_id_ = h.server_id;
     flow_control_ = h.flow_control;
+    node_confirmed_ = config_.node_to_control_plane && h.node_to_control_plane;
   }
   bool keep = on_handshake_ ? on_handshake_(self_ptr(), h) : true;
   if (!keep) {
@@ -184,8 +197,11 @@ void ServerStreamReactor::OnReadInitialMetadataDone(bool ok) {
     std::lock_guard lock(mu_);
     accepted_ = true;
   }
-  KONN_LOG((&logger()), info, "{}connected: servercount={} flow-control={}", log_prefix(),
-           h.server_count, h.flow_control ? "on" : "off");
+  KONN_LOG((&logger()), info, "{}connected: servercount={} flow-control={}{}", log_prefix(),
+           h.server_count, h.flow_control ? "on" : "off",
+           config_.node_to_control_plane
+               ? (h.node_to_control_plane ? " node-to-control-plane=on" : " node-to-control-plane=off")
+               : "");
   start_reading();
 }
 
@@ -298,15 +314,34 @@ void ServerStreamReactor::end(const std::string& why) {
   }
   auto conns = table_->take_all();
   for (auto& c : conns) c->abandon();
+  auto nodes = node_table_->take_all();
+  for (auto& c : nodes) c->abandon();
   if (was_accepted) {
-    KONN_LOG((&logger()), info, "{}disconnected ({}); closed {} endpoint connection(s)",
-             log_prefix(), why, conns.size());
+    KONN_LOG((&logger()), info,
+             "{}disconnected ({}); closed {} endpoint connection(s) and {} node-to-control-plane "
+             "connection(s)",
+             log_prefix(), why, conns.size(), nodes.size());
   }
 }
 
 void ServerStreamReactor::on_packet(Packet&& p) {
   stats_->packets_received[tunnel::packet_type_slot(p.type())].fetch_add(1,
                                                                          std::memory_order_relaxed);
+  if (tunnel::is_node_type(p.type())) {
+    bool confirmed = false;
+    {
+      std::lock_guard lock(mu_);
+      confirmed = node_confirmed_;
+    }
+    if (!confirmed) {
+      KONN_LOG((&logger()), warn, "{}ignoring {}: node-to-control-plane not negotiated",
+               log_prefix(), tunnel::describe(p));
+      return;
+    }
+    p.set_type(static_cast<PacketType>(tunnel::from_node_type(p.type())));
+    handle_node_packet(std::move(p));
+    return;
+  }
   switch (p.type()) {
     case DIAL_REQ:
       handle_dial(p.dialrequest());
@@ -413,6 +448,102 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
     return;
   }
   conn->start(address);
+}
+
+}  // namespace konn::agent
+
+namespace konn::agent {
+
+void ServerStreamReactor::open_node_tunnel(asio::ip::tcp::socket socket,
+                                           const std::string& destination, asio::io_context& ctx,
+                                           core::io::DescriptorReserve::Lease lease) {
+  std::string server_id;
+  {
+    std::lock_guard lock(mu_);
+    server_id = server_id_;
+  }
+  // Our dial ids: random, positive, as a konnectivity client's.
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  auto dial_id = static_cast<int64_t>((rng() >> 1) | 1);
+  auto conn = std::make_shared<EndpointConnection>(ctx, shared_from_this(), node_table_, 0,
+                                                   dial_id, "S" + server_id, config_.node_endpoint,
+                                                   config_.node_stats, std::move(lease));
+  if (!node_table_->add_dial(dial_id, conn)) {
+    KONN_LOG((&logger()), warn, "{}node-to-control-plane connection closed: the stream ended",
+             log_prefix());
+    std::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  conn->start_accepted(std::move(socket), destination);
+}
+
+void ServerStreamReactor::close_node_connections(const std::string& why) {
+  auto nodes = node_table_->take_all();
+  for (auto& c : nodes) c->close_request();
+  if (!nodes.empty()) {
+    KONN_LOG((&logger()), info, "{}closing {} node-to-control-plane connection(s): {}",
+             log_prefix(), nodes.size(), why);
+  }
+}
+
+void ServerStreamReactor::handle_node_packet(Packet&& p) {
+  auto& nstats = *config_.node_stats;
+  switch (p.type()) {
+    case DIAL_RSP: {
+      const auto& rsp = p.dialresponse();
+      auto c = node_table_->find_dial(rsp.random());
+      bool ok = rsp.error().empty() && rsp.connectid() != 0;
+      if (!c || !c->accepted()) {
+        KONN_LOG((&logger()), debug, "{}node DIAL_RSP for no pending dial {}", log_prefix(),
+                 rsp.random());
+        if (ok) send(tunnel::as_node(tunnel::make_close_response(rsp.connectid(), "dialler gone")));
+        return;
+      }
+      if (ok && node_table_->find(rsp.connectid())) {
+        // A connectID in use names another tunnel: this dial fails, the other one stays (no
+        // close for that id: it would end the other tunnel).
+        c->dial_answered(0, "server answered with connection id " +
+                                std::to_string(rsp.connectid()) + ", already in use");
+        return;
+      }
+      if (ok && !node_table_->establish(rsp.random(), rsp.connectid(), c.get())) {
+        send(tunnel::as_node(tunnel::make_close_response(rsp.connectid(), "dialler gone")));
+        return;
+      }
+      // Findable by its connectID before the next packet is read: DATA may follow at once.
+      c->dial_answered(ok ? rsp.connectid() : 0,
+                       ok ? std::string() : (rsp.error().empty() ? "no connection id" : rsp.error()));
+      return;
+    }
+    case DATA: {
+      if (auto c = node_table_->find(p.data().connectid())) {
+        c->deliver(std::move(p));
+      } else {
+        nstats.unknown_connect_ids.fetch_add(1, std::memory_order_relaxed);
+        send(tunnel::as_node(
+            tunnel::make_close_response(p.data().connectid(), "unrecognized connectID")));
+      }
+      return;
+    }
+    case CLOSE_RSP:
+      if (auto c = node_table_->find(p.closeresponse().connectid())) {
+        c->peer_closed(p.closeresponse().error());
+      }
+      return;
+    case KONN_WINDOW_UPDATE:
+      if (auto c = node_table_->find(p.windowupdate().connectid())) {
+        c->add_credit(p.windowupdate().bytes());
+      }
+      return;
+    case KONN_CLOSE_WRITE:
+      if (auto c = node_table_->find(p.closewrite().connectid())) c->close_write();
+      return;
+    default:
+      KONN_LOG((&logger()), warn, "{}ignoring unexpected node packet {}", log_prefix(),
+               tunnel::describe(p));
+      return;
+  }
 }
 
 }  // namespace konn::agent

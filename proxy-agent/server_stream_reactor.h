@@ -30,6 +30,11 @@ struct StreamConfig {
   EndpointSettings endpoint;      // flow_control is decided per stream from the headers
   // --max-endpoint-connections (0: no limit), over every stream (AgentStats::endpoint_slots).
   int64_t max_endpoint_connections = 0;
+  // Node to control plane: announce konn-node-to-control-plane (the agent has
+  // --node-to-control-plane-listen addresses). Its tunnels count in `node_stats`.
+  bool node_to_control_plane = false;
+  EndpointSettings node_endpoint;
+  std::shared_ptr<AgentStats> node_stats;
 };
 
 // What the server's response headers said.
@@ -38,6 +43,8 @@ struct Handshake {
   std::string server_id;
   int64_t server_count = 0;
   bool flow_control = false;  // the server announced konn-flow-control: 1
+  // The server confirmed konn-node-to-control-plane: 1 (node tunnels may use this stream).
+  bool node_to_control_plane = false;
   std::string error;          // why not ok
 };
 
@@ -86,6 +93,19 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   size_t connection_count() const { return table_->size(); }
   std::string server_id() const;
   bool flow_control() const;
+  // The server confirmed the node-to-control-plane extension on this stream, and the stream has
+  // not ended.
+  bool node_ready() const;
+  // Node-to-control-plane connections of this stream (asking or open).
+  size_t node_connection_count() const { return node_table_->size(); }
+  // Tunnels `socket` (accepted on a --node-to-control-plane-listen address, living on `ctx`, its
+  // descriptor state held by `lease`) to the server, which dials `destination` (empty: its
+  // first). Closes the socket when the stream can no longer take it.
+  // Closes every node-to-control-plane connection of this stream, telling the server; takes no
+  // new one (drain).
+  void close_node_connections(const std::string& why);
+  void open_node_tunnel(asio::ip::tcp::socket socket, const std::string& destination,
+                        asio::io_context& ctx, core::io::DescriptorReserve::Lease lease);
   const std::string& target() const { return config_.target; }
   // Cancels the call when its read side ended more than `grace` ago and the server has still not
   // ended it (OnDone has not come), e.g. after a packet we could not parse, from a server that
@@ -134,6 +154,8 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
 
   std::shared_ptr<ServerStreamReactor> self_ptr();
   void handle_dial(const DialRequest& req);
+  // A KONN_NODE_* packet, already turned into its forward twin.
+  void handle_node_packet(Packet&& p);
   // Tears down every endpoint connection, once.
   void end(const std::string& why);
   std::string log_prefix() const;
@@ -154,6 +176,8 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   core::io::WorkerPool& pool_;
   std::shared_ptr<AgentStats> stats_;
   std::shared_ptr<ConnectionTable> table_ = std::make_shared<ConnectionTable>();
+  // Node-to-control-plane tunnels: by our dial id, then by the server's connectID.
+  std::shared_ptr<ConnectionTable> node_table_ = std::make_shared<ConnectionTable>();
   HandshakeCallback on_handshake_;
   EndCallback on_end_;
 
@@ -162,6 +186,7 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   std::shared_ptr<ServerStreamReactor> self_;  // until OnDone
   std::string server_id_;
   bool flow_control_ = false;
+  bool node_confirmed_ = false;
   bool accepted_ = false;
   bool ended_ = false;
   std::string handshake_error_;

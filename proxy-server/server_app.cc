@@ -24,6 +24,7 @@
 #include "proxy-server/frontend/http_connect_frontend.h"
 #include "proxy-server/frontend/proxy_service.h"
 #include "proxy-server/lease_controller.h"
+#include "proxy-server/node/node_service.h"
 #include "proxy-server/tunnel/router.h"
 
 namespace konn::server {
@@ -64,6 +65,11 @@ void ServerApp::start() {
   core::io::start_memory_trimmer(timers_);
   timer_thread_ = std::thread([this] { timers_.run(); });
   router_ = std::make_unique<Router>(options_, timers_, metrics_);
+  if (!options_.node_to_control_plane_destinations.empty()) {
+    node_ = std::make_unique<NodeService>(options_, registry_);
+    node_->start();
+    router_->set_node(node_.get());
+  }
   if (!options_.agent_namespace.empty()) start_token_review();
   start_admin();
   proxy_service_ = std::make_unique<ProxyServiceImpl>(*router_);
@@ -226,6 +232,7 @@ void ServerApp::start_http_connect() {
 
 void ServerApp::start_admin() {
   auto metrics = [this](const std::string&) {
+    if (node_) node_->update_metrics();
     return core::admin::Response{
         200, "text/plain; version=0.0.4; charset=utf-8", registry_.serialize(), {}};
   };
@@ -399,6 +406,7 @@ void ServerApp::shutdown() {
   frontend_server_.reset();
   agent_server_.reset();
   if (pool_) pool_->stop();
+  if (node_) node_->stop();
   http_connect_.reset();
   timers_guard_.reset();
   timers_.stop();

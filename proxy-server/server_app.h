@@ -25,6 +25,7 @@ class TokenReviewer;
 class ProxyServiceImpl;
 class AgentServiceImpl;
 class LeaseController;
+class NodeService;
 
 // Wires one proxy-server: the Router, the frontend gRPC server (unix socket or TCP+mTLS), the
 // agent gRPC server (TLS, optionally mTLS), a timer thread, the lease controller, and signal
@@ -86,6 +87,8 @@ class ServerApp {
   std::unique_ptr<grpc::Server> frontend_server_;
   std::unique_ptr<core::io::WorkerPool> pool_;
   std::unique_ptr<HttpConnectServer> http_connect_;
+  // --node-to-control-plane-destinations: the tunnels agents open towards the control plane.
+  std::unique_ptr<NodeService> node_;
   std::unique_ptr<grpc::Server> agent_server_;
   // Drains agent_server_'s completion queue: the reactions of the agent streams, and of the gRPC
   // frontend's calls, run on its thread.

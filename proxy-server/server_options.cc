@@ -9,6 +9,7 @@
 #include "core/config/log_flags.h"
 #include "core/config/uuid.h"
 #include "core/kube/lease.h"
+#include "core/net/endpoint.h"
 #include "core/tls/cipher_suites.h"
 #include "core/tunnel/packet.h"
 
@@ -88,6 +89,15 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("max-tunnels-per-agent", &max_tunnels_per_agent,
         "Tunnels (pending and established) one agent stream carries; more dials to it are "
         "refused (0: no limit)");
+  p.add("node-to-control-plane-destinations", &node_to_control_plane_destinations,
+        "konn, node to control plane: HOST:PORT list that agents may reach through their "
+        "stream (usually the kube-apiserver beside this server); anything else is refused. "
+        "Empty: off");
+  p.add("max-node-to-control-plane-connections", &max_node_to_control_plane_connections,
+        "Node-to-control-plane tunnels (dialling or open) at once; more dials are refused (0: no "
+        "limit)");
+  p.add("node-to-control-plane-dial-timeout", &node_to_control_plane_dial_timeout,
+        "Bound on each dial to a --node-to-control-plane-destinations address");
   p.add("http-connect-max-header-bytes", &http_connect_max_header_bytes,
         "Largest HTTP CONNECT request head; larger ones are answered 431");
   p.add("tls-handshake-timeout", &tls_handshake_timeout,
@@ -203,8 +213,19 @@ std::vector<std::string> ServerOptions::validate() const {
        {std::pair{"--max-frontend-streams", max_frontend_streams},
         std::pair{"--max-pending-dials", max_pending_dials},
         std::pair{"--max-pending-dials-per-agent", max_pending_dials_per_agent},
-        std::pair{"--max-tunnels-per-agent", max_tunnels_per_agent}}) {
+        std::pair{"--max-tunnels-per-agent", max_tunnels_per_agent},
+        std::pair{"--max-node-to-control-plane-connections",
+                  max_node_to_control_plane_connections}}) {
     if (value < 0) errors.push_back(std::string(flag) + ": must be 0 (no limit) or positive");
+  }
+  for (const auto& d : node_to_control_plane_destinations) {
+    auto hp = core::net::parse_host_port(d);
+    if (!hp || hp->host.empty() || hp->port == 0) {
+      errors.push_back("--node-to-control-plane-destinations: \"" + d + "\" is not HOST:PORT");
+    }
+  }
+  if (node_to_control_plane_dial_timeout.count() <= 0) {
+    errors.push_back("--node-to-control-plane-dial-timeout: must be positive");
   }
   if (http_connect_max_header_bytes < 1024) {
     errors.push_back("--http-connect-max-header-bytes: must be at least 1024");
@@ -250,6 +271,13 @@ void ServerOptions::print(spdlog::logger& log) const {
       max_frontend_streams, max_pending_dials, max_pending_dials_per_agent, max_tunnels_per_agent,
       http_connect_max_header_bytes, format_go_duration(tls_handshake_timeout),
       format_go_duration(dial_request_timeout));
+  if (!node_to_control_plane_destinations.empty()) {
+    log.info(
+        "node to control plane: agents may reach {}; at most {} tunnels (0: no limit); dial "
+        "timeout {}",
+        fmt::join(node_to_control_plane_destinations, ","), max_node_to_control_plane_connections,
+        format_go_duration(node_to_control_plane_dial_timeout));
+  }
 }
 
 std::string ServerOptions::openssl_ciphers() const {

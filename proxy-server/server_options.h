@@ -102,6 +102,16 @@ struct ServerOptions {
   // A gRPC frontend stream must send its DIAL_REQ within this, else it is finished.
   Duration dial_request_timeout = std::chrono::seconds(60);
 
+  // konn, node to control plane (KEP-2025): the only HOST:PORT destinations an agent's
+  // KONN_NODE_DIAL_REQ may ask for (exactly as written; the first one when it names none).
+  // Empty: the extension is off and never confirmed to agents.
+  std::vector<std::string> node_to_control_plane_destinations;
+  // konn: node-to-control-plane tunnels (dialling or open) at once, over all agents; more dials
+  // are refused (0: no limit).
+  int max_node_to_control_plane_connections = 10000;
+  // konn: bound on each dial to a node-to-control-plane destination.
+  Duration node_to_control_plane_dial_timeout = std::chrono::seconds(5);
+
   // Admin and health.
   int admin_port = 8095;
   std::string admin_bind_address = "127.0.0.1";

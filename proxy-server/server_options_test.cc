@@ -205,3 +205,33 @@ TEST_CASE("a tunnel's quiet limit: --half-close-timeout once half-closed, the id
   o.tunnel_idle_timeout = seconds(60);
   CHECK(o.quiet_limit(true) == seconds(30));
 }
+
+TEST_CASE("node-to-control-plane destinations are HOST:PORT, off by default", "[server]") {
+  ServerOptions d;
+  CHECK(parse(d, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                  "--cluster-key=k"})
+            .empty());
+  CHECK(d.node_to_control_plane_destinations.empty());
+  CHECK(d.max_node_to_control_plane_connections == 10000);
+
+  ServerOptions o;
+  CHECK(parse(o, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                  "--cluster-key=k",
+                  "--node-to-control-plane-destinations=127.0.0.1:6443,[::1]:6443",
+                  "--max-node-to-control-plane-connections=0",
+                  "--node-to-control-plane-dial-timeout=2s"})
+            .empty());
+  CHECK(o.node_to_control_plane_destinations ==
+        std::vector<std::string>{"127.0.0.1:6443", "[::1]:6443"});
+  CHECK(o.max_node_to_control_plane_connections == 0);
+
+  ServerOptions bad;
+  auto errors = parse(bad, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                            "--cluster-key=k", "--node-to-control-plane-destinations=apiserver",
+                            "--max-node-to-control-plane-connections=-2",
+                            "--node-to-control-plane-dial-timeout=0s"});
+  CHECK(mentions(errors, "--node-to-control-plane-destinations: \"apiserver\" is not HOST:PORT"));
+  CHECK(mentions(errors, "--max-node-to-control-plane-connections"));
+  CHECK(mentions(errors, "--node-to-control-plane-dial-timeout"));
+  CHECK(errors.size() == 3);
+}

@@ -4,6 +4,56 @@
 
 namespace konn::core::tunnel {
 
+bool is_node_type(int type) { return type >= KONN_NODE_DIAL_REQ && type <= KONN_NODE_CLOSE_WRITE; }
+
+int to_node_type(int type) {
+  switch (type) {
+    case DIAL_REQ:
+      return KONN_NODE_DIAL_REQ;
+    case DIAL_RSP:
+      return KONN_NODE_DIAL_RSP;
+    case CLOSE_REQ:
+    case CLOSE_RSP:
+      return KONN_NODE_CLOSE;
+    case DATA:
+      return KONN_NODE_DATA;
+    case DIAL_CLS:
+      return KONN_NODE_DIAL_CLS;
+    case KONN_WINDOW_UPDATE:
+      return KONN_NODE_WINDOW_UPDATE;
+    case KONN_CLOSE_WRITE:
+      return KONN_NODE_CLOSE_WRITE;
+    default:
+      return type;
+  }
+}
+
+int from_node_type(int type) {
+  switch (type) {
+    case KONN_NODE_DIAL_REQ:
+      return DIAL_REQ;
+    case KONN_NODE_DIAL_RSP:
+      return DIAL_RSP;
+    case KONN_NODE_CLOSE:
+      return CLOSE_RSP;
+    case KONN_NODE_DATA:
+      return DATA;
+    case KONN_NODE_DIAL_CLS:
+      return DIAL_CLS;
+    case KONN_NODE_WINDOW_UPDATE:
+      return KONN_WINDOW_UPDATE;
+    case KONN_NODE_CLOSE_WRITE:
+      return KONN_CLOSE_WRITE;
+    default:
+      return type;
+  }
+}
+
+Packet as_node(Packet&& p) {
+  p.set_type(static_cast<PacketType>(to_node_type(p.type())));
+  return std::move(p);
+}
+
 Packet make_dial_request(const std::string& address, int64_t random, const std::string& protocol) {
   Packet p;
   p.set_type(DIAL_REQ);
@@ -76,7 +126,9 @@ Packet make_close_write(int64_t connect_id) {
   return p;
 }
 
-size_t data_size(const Packet& p) { return p.type() == DATA ? p.data().data().size() : 0; }
+size_t data_size(const Packet& p) {
+  return p.type() == DATA || p.type() == KONN_NODE_DATA ? p.data().data().size() : 0;
+}
 
 std::string type_name(int type) {
   if (PacketType_IsValid(type)) return PacketType_Name(static_cast<PacketType>(type));
@@ -87,6 +139,7 @@ int packet_type_slot(int type) {
   if (type >= DIAL_REQ && type <= DRAIN) return type;
   if (type == KONN_WINDOW_UPDATE) return 7;
   if (type == KONN_CLOSE_WRITE) return 8;
+  if (is_node_type(type)) return 9;
   return kUnknownPacketSlot;
 }
 
@@ -94,6 +147,7 @@ std::string packet_type_label(int slot) {
   if (slot >= DIAL_REQ && slot <= DRAIN) return type_name(slot);
   if (slot == 7) return type_name(KONN_WINDOW_UPDATE);
   if (slot == 8) return type_name(KONN_CLOSE_WRITE);
+  if (slot == 9) return "KONN_NODE";
   return "Unknown";
 }
 
@@ -109,7 +163,7 @@ std::string grpc_code_name(int code) {
 
 std::string describe(const Packet& p) {
   std::string out = type_name(p.type());
-  switch (p.type()) {
+  switch (from_node_type(p.type())) {
     case DIAL_REQ:
       out += " random=" + std::to_string(p.dialrequest().random()) +
              " address=" + p.dialrequest().address() + " protocol=" + p.dialrequest().protocol();

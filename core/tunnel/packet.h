@@ -33,6 +33,23 @@ inline constexpr int64_t kWindowUpdateThreshold = kTunnelWindow / 4;
 inline constexpr char kHalfCloseHeader[] = "konn-half-close";
 inline constexpr char kHalfCloseVersion[] = "1";
 
+// gRPC metadata of konn's node-to-control-plane extension (KEP-2025): the agent sends it when it
+// has --node-to-control-plane-listen addresses, and the server answers with it in its response
+// headers when --node-to-control-plane-destinations is set. KONN_NODE_* packets travel only on a
+// stream where both did.
+inline constexpr char kNodeToControlPlaneHeader[] = "konn-node-to-control-plane";
+inline constexpr char kNodeToControlPlaneVersion[] = "1";
+
+// KONN_NODE_* types (66..72).
+bool is_node_type(int type);
+// The node twin of a forward type: DIAL_REQ -> KONN_NODE_DIAL_REQ, CLOSE_REQ and CLOSE_RSP ->
+// KONN_NODE_CLOSE, ... ; DRAIN and unknown types are returned unchanged.
+int to_node_type(int type);
+// The forward twin of a KONN_NODE_* type (KONN_NODE_CLOSE -> CLOSE_RSP); others unchanged.
+int from_node_type(int type);
+// `p` with its type turned into the node twin.
+Packet as_node(Packet&& p);
+
 Packet make_dial_request(const std::string& address, int64_t random,
                          const std::string& protocol = "tcp");
 Packet make_dial_response(int64_t random, int64_t connect_id, const std::string& error = {});
@@ -44,7 +61,7 @@ Packet make_drain();
 Packet make_window_update(int64_t connect_id, int64_t bytes);
 Packet make_close_write(int64_t connect_id);
 
-// Payload bytes of a DATA packet (0 for anything else).
+// Payload bytes of a DATA or KONN_NODE_DATA packet (0 for anything else).
 size_t data_size(const Packet& p);
 
 // One-line description for logs: type and ids, never payload bytes.
@@ -54,13 +71,14 @@ std::string describe(const Packet& p);
 std::string type_name(int type);
 
 // Packet types as metric labels (stream_packets_total, stream_errors_total): upstream's seven,
-// konn's two, and "Unknown" for anything else (and, as upstream, for an error with no packet).
-inline constexpr int kPacketTypeSlots = 10;
+// konn's two, every KONN_NODE_* as "KONN_NODE", and "Unknown" for anything else (and, as
+// upstream, for an error with no packet).
+inline constexpr int kPacketTypeSlots = 11;
 inline constexpr int kUnknownPacketSlot = kPacketTypeSlots - 1;
 // 0..kPacketTypeSlots-1.
 int packet_type_slot(int type);
 // The label of a slot: "DIAL_REQ" ... "DRAIN", "KONN_WINDOW_UPDATE", "KONN_CLOSE_WRITE",
-// "Unknown".
+// "KONN_NODE", "Unknown".
 std::string packet_type_label(int slot);
 
 // A gRPC status code as Go's codes.Code.String() writes it ("Canceled", "Unavailable", ...):

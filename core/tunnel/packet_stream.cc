@@ -21,7 +21,24 @@ namespace {
 
 // The tunnel whose turn a packet waits for, or none for the control queue. A tunnel's DIAL_RSP,
 // DATA, half-close and close share its queue, so they keep their order; credit may pass them.
+// Node-to-control-plane tunnels (KONN_NODE_*) have connectIDs of their own, chosen by the other
+// side: their lanes are keyed by the complement, apart from the forward tunnels'.
 std::optional<int64_t> tunnel_of(const Packet& p) {
+  if (is_node_type(p.type())) {
+    Packet::PayloadCase c = p.payload_case();
+    if (p.type() == KONN_NODE_DATA && c == Packet::kData) return ~p.data().connectid();
+    if (p.type() == KONN_NODE_CLOSE && c == Packet::kCloseResponse) {
+      return ~p.closeresponse().connectid();
+    }
+    if (p.type() == KONN_NODE_CLOSE_WRITE && c == Packet::kCloseWrite) {
+      return ~p.closewrite().connectid();
+    }
+    if (p.type() == KONN_NODE_DIAL_RSP && c == Packet::kDialResponse &&
+        p.dialresponse().error().empty()) {
+      return ~p.dialresponse().connectid();
+    }
+    return std::nullopt;  // dials, dial errors, DIAL_CLS, credit
+  }
   switch (p.type()) {
     case DATA:
       return p.data().connectid();
@@ -63,10 +80,10 @@ bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
     // Merge small DATA into the last waiting DATA of the same tunnel: one gRPC message instead
     // of many (each costs ~7 us of CPU and a sendmsg). Two large chunks are left apart: copying
     // them would cost more than the message saves.
-    if (p.type() == DATA && !queue->empty() &&
+    if (bytes > 0 && !queue->empty() &&
         (bytes < kSmallRead || queue->back().bytes < kSmallRead)) {
       Item& back = queue->back();
-      if (back.packet.type() == DATA && back.listener == listener &&
+      if (back.packet.type() == p.type() && back.listener == listener &&
           back.packet.data().connectid() == p.data().connectid() &&
           back.bytes + bytes <= kCoalesceLimit) {
         back.packet.mutable_data()->mutable_data()->append(p.data().data());

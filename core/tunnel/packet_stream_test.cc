@@ -212,3 +212,27 @@ TEST_CASE("reads are serialized and gated", "[tunnel]") {
   CHECK(s->read_ends == 1);
   CHECK(s->reads == 2);
 }
+
+TEST_CASE("node tunnels have lanes of their own, apart from forward tunnels of the same id",
+          "[tunnel]") {
+  auto s = FakeStream::create();
+  const std::string chunk(kReadChunk, 'x');
+  REQUIRE(s->send(make_data(1, std::string(chunk))));  // written at once
+  REQUIRE(s->send(make_data(1, std::string(chunk))));
+  REQUIRE(s->send(make_data(1, std::string(chunk))));
+  // Node connectID 1 is another tunnel: it takes its turn rather than waiting behind the
+  // forward tunnel 1, and its small DATA merge only with its own.
+  REQUIRE(s->send(as_node(make_data(1, "a"))));
+  REQUIRE(s->send(as_node(make_data(1, "b"))));
+  REQUIRE(s->send(as_node(make_close_response(1))));
+  // A node dial answer with an error and node credit go before any DATA.
+  REQUIRE(s->send(as_node(make_window_update(1, 10))));
+  CHECK(s->queued_bytes() == 3 * kReadChunk + 2);
+  while (s->writes.size() < 6) s->handle_write_done(true);
+  const std::string big = "DATA connectID=1 bytes=" + std::to_string(kReadChunk);
+  CHECK(s->writes == std::vector<std::string>{big, "KONN_NODE_WINDOW_UPDATE connectID=1 bytes=10",
+                                              big, "KONN_NODE_DATA connectID=1 bytes=2", big,
+                                              "KONN_NODE_CLOSE connectID=1"});
+  s->handle_write_done(true);
+  CHECK(s->queued_bytes() == 0);
+}

@@ -51,3 +51,39 @@ TEST_CASE("metric labels of packet types and gRPC codes follow upstream's spelli
   CHECK(grpc_code_name(16) == "Unauthenticated");
   CHECK(grpc_code_name(42) == "Code(42)");
 }
+
+TEST_CASE("node-to-control-plane packet types map to and from their forward twins", "[tunnel]") {
+  CHECK(to_node_type(DIAL_REQ) == KONN_NODE_DIAL_REQ);
+  CHECK(to_node_type(DIAL_RSP) == KONN_NODE_DIAL_RSP);
+  CHECK(to_node_type(CLOSE_REQ) == KONN_NODE_CLOSE);
+  CHECK(to_node_type(CLOSE_RSP) == KONN_NODE_CLOSE);
+  CHECK(to_node_type(DATA) == KONN_NODE_DATA);
+  CHECK(to_node_type(DIAL_CLS) == KONN_NODE_DIAL_CLS);
+  CHECK(to_node_type(KONN_WINDOW_UPDATE) == KONN_NODE_WINDOW_UPDATE);
+  CHECK(to_node_type(KONN_CLOSE_WRITE) == KONN_NODE_CLOSE_WRITE);
+  CHECK(to_node_type(DRAIN) == DRAIN);  // no node twin: the stream's, not a tunnel's
+  for (int t = KONN_NODE_DIAL_REQ; t <= KONN_NODE_CLOSE_WRITE; ++t) {
+    INFO("type " << t);
+    CHECK(is_node_type(t));
+    CHECK_FALSE(is_node_type(from_node_type(t)));
+    CHECK(to_node_type(from_node_type(t)) == t);
+    CHECK(packet_type_label(packet_type_slot(t)) == "KONN_NODE");
+  }
+  CHECK_FALSE(is_node_type(KONN_CLOSE_WRITE));
+  CHECK_FALSE(is_node_type(73));
+  CHECK(from_node_type(DATA) == DATA);
+  CHECK(from_node_type(73) == 73);
+
+  auto data = as_node(make_data(3, std::string("abc")));
+  CHECK(data.type() == KONN_NODE_DATA);
+  CHECK(data_size(data) == 3);
+  CHECK(describe(data) == "KONN_NODE_DATA connectID=3 bytes=3");
+  auto close = as_node(make_close_response(3, "bye"));
+  CHECK(describe(close) == "KONN_NODE_CLOSE connectID=3 error=\"bye\"");
+  auto dial = as_node(make_dial_request("10.0.0.1:6443", 5));
+  CHECK(describe(dial) == "KONN_NODE_DIAL_REQ random=5 address=10.0.0.1:6443 protocol=tcp");
+  // On the wire: type 69 (varint 0x45), then the forward DATA payload unchanged.
+  std::string wire;
+  REQUIRE(as_node(make_data(7, std::string("hi"))).SerializeToString(&wire));
+  CHECK(wire == std::string("\x08\x45\x22\x06\x08\x07\x1a\x02hi", 10));
+}

@@ -5,6 +5,7 @@
 #include "core/tunnel/packet.h"
 #include "proxy-server/auth/identifier_check.h"
 #include "proxy-server/auth/token_reviewer.h"
+#include "proxy-server/node/node_service.h"
 #include "proxy-server/tunnel/frontend.h"
 #include "proxy-server/tunnel/router.h"
 
@@ -166,6 +167,10 @@ void Backend::admit() {
   flow_control_ = flow.size() == 1 && flow.front() == core::tunnel::kFlowControlVersion;
   auto half = metadata_values(call_->ctx, core::tunnel::kHalfCloseHeader);
   half_close_ = half.size() == 1 && half.front() == core::tunnel::kHalfCloseVersion;
+  // Node to control plane: confirmed only to an agent that asked, and only when enabled here.
+  auto node = metadata_values(call_->ctx, core::tunnel::kNodeToControlPlaneHeader);
+  bool node_asked = node.size() == 1 && node.front() == core::tunnel::kNodeToControlPlaneVersion;
+  if (node_asked && router_.node() != nullptr) node_table_ = NodeService::new_table();
 
   call_->ctx.AddInitialMetadata("serverid", opts.server_id);
   call_->ctx.AddInitialMetadata("servercount", std::to_string(opts.server_count));
@@ -173,13 +178,19 @@ void Backend::admit() {
     call_->ctx.AddInitialMetadata(core::tunnel::kFlowControlHeader,
                                   core::tunnel::kFlowControlVersion);
   }
+  if (node_table_) {
+    call_->ctx.AddInitialMetadata(core::tunnel::kNodeToControlPlaneHeader,
+                                  core::tunnel::kNodeToControlPlaneVersion);
+  }
   call_->stream.SendInitialMetadata(tag(&metadata_tag_));
   router_.add_backend(self_);
   registered_ = true;
   size_t same = router_.backends().streams_of(agent_id_);
   KONN_LOG(log_, info,
-           "agent connected agentID={} peer={} identifiers={} flowControl={} halfClose={}{}",
+           "agent connected agentID={} peer={} identifiers={} flowControl={} halfClose={}{}{}",
            agent_id_, peer_, identifiers_header_, flow_control_, half_close_,
+           node_table_ ? " nodeToControlPlane=true"
+                       : (node_asked ? " nodeToControlPlane=false (not enabled here)" : ""),
            same > 1 ? " (duplicate agent id: newest stream takes new dials)" : "");
   start_reading();
 }
@@ -194,6 +205,17 @@ void Backend::on_queued(const Packet& p) {
 
 void Backend::on_packet(Packet&& p) {
   router_.metrics().packet(ServerMetrics::FromAgent, p.type());
+  if (core::tunnel::is_node_type(p.type())) {
+    if (!node_table_) {
+      KONN_LOG(log_, warn, "[A{}] node packet ignored: node to control plane not confirmed: {}",
+               agent_id_, describe(p));
+      return;
+    }
+    p.set_type(static_cast<PacketType>(core::tunnel::from_node_type(p.type())));
+    router_.node()->handle(std::move(p), shared_from_this(), node_table_,
+                           {agent_id_, peer_, identifiers_header_});
+    return;
+  }
   switch (p.type()) {
     case DIAL_RSP:
       on_dial_response(std::move(p));
@@ -303,6 +325,7 @@ void Backend::on_read_end() {
     }
     auto conns = connections_.take_all();
     for (auto& f : conns) f->backend_gone();
+    if (node_table_) NodeService::stream_ended(node_table_);
     KONN_LOG(log_, info,
              "agent disconnected agentID={} peer={}: {} tunnels closed, {} pending dials failed",
              agent_id_, peer_, conns.size(), pending);

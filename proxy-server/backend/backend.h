@@ -11,6 +11,7 @@
 #include "core/tunnel/async_packet_stream.h"
 #include "core/tunnel/completion_driver.h"
 #include "konnectivity/agent.grpc.pb.h"
+#include "proxy-agent/connection_table.h"
 #include "proxy-server/tunnel/connection_table.h"
 
 namespace konn::server {
@@ -51,6 +52,8 @@ class Backend : public core::tunnel::AsyncServerStream<Backend> {
   bool flow_control() const { return flow_control_; }
   // Whether the agent announced konn's half-close (DialRequest.konnHalfClose, KONN_CLOSE_WRITE).
   bool half_close() const { return half_close_; }
+  // Whether node to control plane was confirmed on this stream (KONN_NODE_* accepted).
+  bool node_to_control_plane() const { return node_table_ != nullptr; }
   const std::string& peer() const { return peer_; }
 
   // A frontend gives up its tunnel: stop routing the agent's packets for it.
@@ -104,6 +107,8 @@ class Backend : public core::tunnel::AsyncServerStream<Backend> {
   std::atomic<bool> draining_{false};
   std::atomic<bool> registered_{false};
   ConnectionTable connections_;
+  // Node-to-control-plane tunnels of this stream; set in admit() when confirmed, then fixed.
+  std::shared_ptr<agent::ConnectionTable> node_table_;
 };
 
 }  // namespace konn::server

@@ -23,6 +23,7 @@ inline bool from_unix_socket(const std::string& grpc_peer) {
 }
 
 class TokenReviewer;
+class NodeService;
 
 // The state every frontend and backend of one proxy-server shares: the options, the connected
 // agents, the dials awaiting an answer, an io_context for timers and the deadlines of the
@@ -43,6 +44,9 @@ class Router {
   // Non-null when agents must present a service-account token (--agent-namespace).
   TokenReviewer* reviewer() { return reviewer_; }
   void set_reviewer(TokenReviewer* reviewer) { reviewer_ = reviewer; }
+  // Non-null when --node-to-control-plane-destinations is set.
+  NodeService* node() { return node_; }
+  void set_node(NodeService* node) { node_ = node; }
   // Registry changes go through these so the ready_backends gauges follow.
   void add_backend(const std::shared_ptr<Backend>& backend);
   void remove_backend(const Backend* backend);
@@ -72,6 +76,7 @@ class Router {
   core::tunnel::Deadlines deadlines_;
   ServerMetrics& metrics_;
   TokenReviewer* reviewer_ = nullptr;
+  NodeService* node_ = nullptr;
   std::atomic<int64_t> frontends_{0};  // slots taken (--max-frontend-streams)
   void update_ready_gauges();
 };

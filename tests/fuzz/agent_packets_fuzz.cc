@@ -5,7 +5,9 @@
 // or closing connections, DIAL_CLS racing the dial, packets only an agent sends, and its stream
 // cut mid-tunnel. After each input every connection is closed by the server's side (CLOSE_REQ,
 // DIAL_CLS) or by the stream's end, and the agent must come back to no endpoint connection and
-// no slot taken: anything left is a leak and aborts the run.
+// no slot taken: anything left is a leak and aborts the run. Node to control plane (case 9 bytes
+// 0xE0 and above): clients connect to the agent's listener and go, and the server answers their
+// dials (or not), sends DATA, closes, credit and half-closes for ids that may not exist.
 //
 // Input: operations, each an op byte followed by its arguments (FuzzInput).
 
@@ -135,6 +137,8 @@ class FakeServer final : public AgentService::Service {
     ctx->AddInitialMetadata("serverid", "fuzz-server");
     ctx->AddInitialMetadata("servercount", "1");
     ctx->AddInitialMetadata(tunnel::kFlowControlHeader, tunnel::kFlowControlVersion);
+    ctx->AddInitialMetadata(tunnel::kNodeToControlPlaneHeader,
+                            tunnel::kNodeToControlPlaneVersion);
     stream->SendInitialMetadata();
     {
       std::lock_guard lock(mu_);
@@ -150,6 +154,10 @@ class FakeServer final : public AgentService::Service {
         std::lock_guard lock(mu_);
         ++dial_answers_;
         if (p.dialresponse().error().empty()) connect_ids_.insert(p.dialresponse().connectid());
+      }
+      if (p.type() == KONN_NODE_DIAL_REQ) {
+        std::lock_guard lock(mu_);
+        node_dials_.insert(p.dialrequest().random());
       }
     }
     std::lock_guard lock(mu_);
@@ -179,6 +187,28 @@ class FakeServer final : public AgentService::Service {
   void forget() {
     std::lock_guard lock(mu_);
     connect_ids_.clear();
+    node_dials_.clear();
+    node_ids_.clear();
+  }
+  // Node to control plane: the dial ids the agent asked for, and the connectIDs we answered.
+  std::set<int64_t> node_dials() {
+    std::lock_guard lock(mu_);
+    return node_dials_;
+  }
+  int64_t node_dial(unsigned index, int64_t fallback) {
+    std::lock_guard lock(mu_);
+    if (node_dials_.empty()) return fallback;
+    auto it = node_dials_.begin();
+    std::advance(it, index % node_dials_.size());
+    return *it;
+  }
+  void answered_node(int64_t id) {
+    std::lock_guard lock(mu_);
+    node_ids_.insert(id);
+  }
+  std::set<int64_t> node_ids() {
+    std::lock_guard lock(mu_);
+    return node_ids_;
   }
   // Counts the streams so far: a change means the one an input used has ended (cut by the input,
   // or broken by a packet the agent could not parse, e.g. a string field that is not UTF-8).
@@ -210,6 +240,8 @@ class FakeServer final : public AgentService::Service {
   grpc::ServerContext* ctx_ = nullptr;
   grpc::ServerReaderWriter<Packet, Packet>* stream_ = nullptr;
   std::set<int64_t> connect_ids_;
+  std::set<int64_t> node_dials_;
+  std::set<int64_t> node_ids_;
   uint64_t dial_answers_ = 0;
   uint64_t generation_ = 0;
 };
@@ -238,6 +270,7 @@ struct Fixture {
     options.health_server_host = "127.0.0.1";
     options.health_server_port = 0;
     options.admin_server_port = 0;
+    options.node_to_control_plane_listen = {"127.0.0.1:0"};
     app = std::make_unique<konn::agent::AgentApp>(options);
     app->start();
   }
@@ -274,6 +307,63 @@ std::string destination(FuzzInput& in, const Endpoints& e) {
   }
 }
 
+// Node-side clients of the agent's --node-to-control-plane-listen address.
+struct NodeClients {
+  std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets;
+  asio::io_context ctx;
+
+  void open(uint16_t port, const std::string& bytes) {
+    if (sockets.size() >= 4) return;
+    auto s = std::make_unique<asio::ip::tcp::socket>(ctx);
+    std::error_code ec;
+    s->connect({asio::ip::make_address("127.0.0.1"), port}, ec);
+    if (ec) return;
+    s->non_blocking(true, ec);
+    (void)s->write_some(asio::buffer(bytes), ec);
+    sockets.push_back(std::move(s));
+  }
+  void close_one(unsigned index) {
+    if (sockets.empty()) return;
+    sockets.erase(sockets.begin() + static_cast<std::ptrdiff_t>(index % sockets.size()));
+  }
+};
+
+// Node to control plane, as a server would answer (case 9 bytes 0xE0 and above).
+void node_op(uint8_t b, FuzzInput& in, Fixture& f, NodeClients& clients) {
+  switch (b % 6) {
+    case 0:
+      clients.open(f.app->node_listen_ports().front(), in.bytes(64));
+      break;
+    case 1: {
+      int64_t random = f.server.node_dial(in.byte(), small_id(in) + 1);
+      int64_t id = small_id(in) + 1;
+      bool ok = in.flag();
+      f.server.send(tunnel::as_node(
+          tunnel::make_dial_response(random, ok ? id : 0, ok ? "" : "dial tcp: refused")));
+      if (ok) f.server.answered_node(id);
+      break;
+    }
+    case 2:
+      f.server.send(tunnel::as_node(tunnel::make_data(small_id(in) + 1, in.bytes())));
+      break;
+    case 3:
+      f.server.send(tunnel::as_node(tunnel::make_close_response(small_id(in) + 1)));
+      break;
+    case 4: {
+      int64_t id = small_id(in) + 1;
+      if (in.flag()) {
+        f.server.send(tunnel::as_node(tunnel::make_window_update(id, small_id(in) * 65536)));
+      } else {
+        f.server.send(tunnel::as_node(tunnel::make_close_write(id)));
+      }
+      break;
+    }
+    default:
+      clients.close_one(in.byte());
+      break;
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -290,6 +380,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t cancelled_before = stats.dials_cancelled.load();
   uint64_t dials_sent = 0;
   bool cut = false;
+  NodeClients clients;
   uint64_t generation = f.server.generation();
   int ops = 0;
   while (!in.empty() && ++ops <= 64) {
@@ -340,12 +431,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (kind == 2) f.server.send(tunnel::make_drain());
         break;
       }
-      case 9:
-        if (in.byte() == 0xC7) {  // rare: the stream breaks mid-tunnel
+      case 9: {
+        uint8_t b = in.byte();
+        if (b == 0xC7) {  // rare: the stream breaks mid-tunnel
           f.server.cut();
           cut = true;
+        } else if (b >= 0xE0) {
+          node_op(b, in, f, clients);
         }
         break;
+      }
     }
   }
   // Every dial is answered (a DIAL_RSP, or cancelled by DIAL_CLS) unless the stream was cut:
@@ -379,6 +474,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (int64_t random : dial_ids) f.server.send(tunnel::make_close_dial(random));
     for (int64_t id : f.server.connect_ids()) f.server.send(tunnel::make_close_request(id));
+    std::this_thread::sleep_for(5ms);
+  }
+  // Node side: the clients go, and the server answers every dial still waiting (with an error)
+  // and closes the tunnels it opened; the agent must hold no node connection after.
+  clients.sockets.clear();
+  const auto& node_stats = f.app->node_stats();
+  deadline = std::chrono::steady_clock::now() + 10s;
+  while (node_stats.endpoint_slots.load() != 0 || node_stats.open_endpoint_connections.load() != 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "agent kept node connections: slots=%lld open=%lld\n",
+                   static_cast<long long>(node_stats.endpoint_slots.load()),
+                   static_cast<long long>(node_stats.open_endpoint_connections.load()));
+      std::abort();
+    }
+    for (int64_t random : f.server.node_dials()) {
+      f.server.send(tunnel::as_node(tunnel::make_dial_response(random, 0, "fuzz: gone")));
+    }
+    for (int64_t id : f.server.node_ids()) {
+      f.server.send(tunnel::as_node(tunnel::make_close_response(id)));
+    }
     std::this_thread::sleep_for(5ms);
   }
   f.server.forget();

@@ -3,7 +3,9 @@
 // unix socket, agents over mTLS), so the tunnel tables (pending dials, connections per agent
 // stream) see ids that collide, answers to dials that were never asked or already given up,
 // DATA and closes for unknown or foreign connections, extension packets out of place, and
-// streams that vanish mid-dial. After each input every stream is cancelled, and the server's
+// streams that vanish mid-dial. Node-to-control-plane packets (op bytes 0xF0 and above) dial an
+// echo origin, a refused port and addresses outside the allowlist, on streams that did or did
+// not negotiate the extension. After each input every stream is cancelled, and the server's
 // tables and gauges must come back to empty: anything left is a leak and aborts the run.
 //
 // Input: a sequence of operations, each an op byte followed by its arguments (FuzzInput).
@@ -31,9 +33,11 @@
 #include "konnectivity/agent.grpc.pb.h"
 #include "konnectivity/client.grpc.pb.h"
 #include "proxy-server/backend/backend_registry.h"
+#include "proxy-server/node/node_service.h"
 #include "proxy-server/server_app.h"
 #include "proxy-server/tunnel/router.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "tests/support/echo_server.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
 
@@ -46,6 +50,7 @@ using konn::fuzz::FuzzInput;
 // One server for the whole run: starting one per input would measure gRPC start-up, not packets.
 struct Fixture {
   konn::testsupport::TempDir dir{"konn-server-fuzz"};
+  konn::testsupport::EchoServer echo;  // a node-to-control-plane destination
   konn::server::ServerOptions options;
   std::unique_ptr<konn::server::ServerApp> app;
   std::shared_ptr<grpc::Channel> frontend_channel;
@@ -67,6 +72,9 @@ struct Fixture {
     options.admin_port = 0;
     options.health_bind_address = "127.0.0.1";
     options.proxy_strategies = {"destHost", "default"};
+    // Node to control plane: one destination that answers, one that refuses.
+    options.node_to_control_plane_destinations = {echo.address(), "127.0.0.1:1"};
+    options.node_to_control_plane_dial_timeout = std::chrono::seconds(2);
     app = std::make_unique<konn::server::ServerApp>(options);
     app->start();
     frontend_channel =
@@ -90,13 +98,17 @@ struct AgentStream {
   std::thread reader;
   std::mutex mu;
   std::vector<int64_t> dial_ids;
+  std::vector<int64_t> node_ids;  // connectIDs of the server's successful KONN_NODE_DIAL_RSPs
   std::atomic<bool> ended{false};
 
-  AgentStream(bool flow_control, bool half_close) {
+  AgentStream(bool flow_control, bool half_close, bool node) {
     ctx.AddMetadata("agentid", "fuzz-agent");
     ctx.AddMetadata("agentidentifiers", "host=node1&ipv4=10.0.0.1&cidr=10.1.0.0/16");
     if (flow_control) ctx.AddMetadata(tunnel::kFlowControlHeader, tunnel::kFlowControlVersion);
     if (half_close) ctx.AddMetadata(tunnel::kHalfCloseHeader, tunnel::kHalfCloseVersion);
+    if (node) {
+      ctx.AddMetadata(tunnel::kNodeToControlPlaneHeader, tunnel::kNodeToControlPlaneVersion);
+    }
     auto stub = AgentService::NewStub(fixture().agent_channel);
     stream = stub->Connect(&ctx);
     stream->WaitForInitialMetadata();
@@ -106,6 +118,10 @@ struct AgentStream {
         if (p.type() == DIAL_REQ) {
           std::lock_guard lock(mu);
           if (dial_ids.size() < 16) dial_ids.push_back(p.dialrequest().random());
+        }
+        if (p.type() == KONN_NODE_DIAL_RSP && p.dialresponse().error().empty()) {
+          std::lock_guard lock(mu);
+          if (node_ids.size() < 16) node_ids.push_back(p.dialresponse().connectid());
         }
       }
       ended = true;
@@ -127,6 +143,11 @@ struct AgentStream {
       std::this_thread::sleep_for(1ms);
     }
     return fallback;
+  }
+  // A node connectID the server gave, or `fallback`.
+  int64_t node_id(unsigned index, int64_t fallback) {
+    std::lock_guard lock(mu);
+    return node_ids.empty() ? fallback : node_ids[index % node_ids.size()];
   }
   void send(const Packet& p) { (void)stream->Write(p); }
 };
@@ -166,9 +187,51 @@ std::string address(FuzzInput& in) {
   return in.bytes(64);
 }
 
+// Node to control plane, as an agent would send it (op bytes 0xF0 and above).
+void node_op(FuzzInput& in, AgentStream& agent) {
+  const auto& f = fixture();
+  uint8_t kind = in.byte() % 7;
+  int64_t id = agent.node_id(in.byte(), small_id(in));
+  switch (kind) {
+    case 0: {
+      static const std::array<std::string, 4> kTo{"", f.echo.address(), "127.0.0.1:1",
+                                                  "kubernetes.default:443"};
+      unsigned i = in.pick(kTo.size() + 1);
+      std::string to = i < kTo.size() ? kTo[i] : in.bytes(64);
+      uint8_t flags = in.byte();
+      Packet p = tunnel::as_node(
+          tunnel::make_dial_request(to, small_id(in) + 1, (flags & 1) == 0 ? "tcp" : "udp"));
+      p.mutable_dialrequest()->set_konnhalfclose((flags & 2) != 0);
+      agent.send(p);
+      break;
+    }
+    case 1:
+      agent.send(tunnel::as_node(tunnel::make_data(id, in.bytes())));
+      break;
+    case 2:
+      agent.send(tunnel::as_node(tunnel::make_close_response(id, in.flag() ? "EOF" : "")));
+      break;
+    case 3:
+      agent.send(tunnel::as_node(tunnel::make_close_dial(small_id(in) + 1)));
+      break;
+    case 4:
+      agent.send(tunnel::as_node(tunnel::make_window_update(id, small_id(in) * 65536)));
+      break;
+    case 5:
+      agent.send(tunnel::as_node(tunnel::make_close_write(id)));
+      break;
+    default:  // what only a server sends
+      agent.send(tunnel::as_node(tunnel::make_dial_response(small_id(in), id)));
+      break;
+  }
+}
+
 bool tables_empty(konn::server::Router& r) {
+  const auto* node = r.node();
   return r.pending().size() == 0 && r.backends().agent_count() == 0 &&
-         r.metrics().established.Value() == 0 && r.metrics().grpc_proxy.Value() == 0;
+         r.metrics().established.Value() == 0 && r.metrics().grpc_proxy.Value() == 0 &&
+         (node == nullptr || (node->stats().endpoint_slots.load() == 0 &&
+                              node->stats().open_endpoint_connections.load() == 0));
 }
 
 }  // namespace
@@ -179,12 +242,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzInput in(data, size);
   {
     uint8_t mode = in.byte();
-    AgentStream agent((mode & 1) != 0, (mode & 2) != 0);
+    AgentStream agent((mode & 1) != 0, (mode & 2) != 0, (mode & 4) != 0);
     std::vector<std::unique_ptr<FrontendStream>> frontends;
     frontends.push_back(std::make_unique<FrontendStream>());
     int ops = 0;
     while (!in.empty() && ++ops <= 64) {
       uint8_t op = in.byte();
+      if (op >= 0xF0) {
+        node_op(in, agent);
+        continue;
+      }
       FrontendStream& fe = *frontends[in.pick(static_cast<unsigned>(frontends.size()))];
       switch (op % 12) {
         case 0:
@@ -280,9 +347,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (std::chrono::steady_clock::now() > deadline) {
       std::fprintf(stderr,
                    "server kept state after every stream ended: pending=%zu agents=%zu "
-                   "established=%g proxy_streams=%g\n",
+                   "established=%g proxy_streams=%g node_slots=%lld\n",
                    router.pending().size(), router.backends().agent_count(),
-                   router.metrics().established.Value(), router.metrics().grpc_proxy.Value());
+                   router.metrics().established.Value(), router.metrics().grpc_proxy.Value(),
+                   static_cast<long long>(router.node()->stats().endpoint_slots.load()));
       std::abort();
     }
     std::this_thread::sleep_for(1ms);

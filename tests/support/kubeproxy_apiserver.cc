@@ -330,6 +330,11 @@ int main(int argc, char** argv) {
       tls->load_verify_file(cfg.client_ca);
       tls->set_verify_mode(asio::ssl::verify_peer);
       tls->set_verify_callback([](bool, asio::ssl::verify_context&) { return true; });
+      // A client resuming a session (curl's parallel transfers share one cache) is refused
+      // with an internal-error alert when the context has no session id context.
+      static const unsigned char kSessionContext[] = "konn-fake-apiserver";
+      SSL_CTX_set_session_id_context(tls->native_handle(), kSessionContext,
+                                     sizeof kSessionContext - 1);
     }
   }
   asio::io_context ctx;
