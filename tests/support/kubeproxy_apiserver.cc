@@ -3,7 +3,7 @@
 //   GET  /api, /apis                          discovery documents
 //   GET  /api/v1/namespaces/default/pods      a PodList; with ?watch=1 a chunked watch that emits
 //                                             --watch-events events, one every --watch-interval
-//   GET  /download?bytes=N                    N bytes (Content-Length)
+//   GET  /download?bytes=N                    N bytes (Content-Length; download_body.h says which)
 //   POST /echo                                the request body back (Content-Length)
 //   GET  /headers                             the request headers as JSON
 //   GET  /stats                               connections accepted so far
@@ -38,6 +38,7 @@
 #include "core/tls/tls_context.h"
 #include "kubeproxy-http/byte_stream.h"
 #include "kubeproxy-http/request_filter.h"
+#include "tests/support/download_body.h"
 
 namespace {
 
@@ -227,10 +228,11 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok,
       if (pos != std::string::npos) n = std::strtoull(query.c_str() + pos + 6, nullptr, 10);
       Headers hs = octet_headers(n);
       ok = co_await send(s, konn::core::http::write_response_head(200, "", hs));
-      std::vector<char> chunk(256 * 1024, 'x');
-      while (ok && n > 0) {
-        size_t m = std::min<uint64_t>(n, chunk.size());
-        auto [ec, w] = co_await s.write(asio::buffer(chunk.data(), m));
+      std::vector<char> piece(konn::testsupport::kDownloadPiece);
+      for (uint64_t k = 0; ok && n > 0; ++k) {
+        konn::testsupport::download_piece(k, piece.data());
+        size_t m = std::min<uint64_t>(n, piece.size());
+        auto [ec, w] = co_await s.write(asio::buffer(piece.data(), m));
         ok = !ec;
         n -= m;
       }

@@ -25,6 +25,7 @@
 #include "tests/integration/tunnel/e2e_macros.h"
 #include "tests/integration/tunnel/e2e_util.h"
 #include "tests/integration/tunnel/tunnel_stack.h"
+#include "tests/support/download_body.h"
 #include "tests/support/loopback.h"
 #include "tests/support/sanitizers.h"
 #include "tests/support/tcp_balancer.h"
@@ -304,14 +305,16 @@ TEST_CASE("node to control plane: a large transfer keeps every byte, both ways",
   auto tls = s.curl_tls();
   std::string flags;
   for (const auto& a : tls) flags += " '" + a + "'";
-  // The fixture's /download sends `bytes` times 'x'.
+  // What the fixture's /download sends (tests/support/download_body.h).
   std::string expected;
   {
     Sha256 h;
-    const std::string chunk(1 << 20, 'x');
-    for (unsigned long long left = bytes; left > 0;) {
-      size_t n = static_cast<size_t>(std::min<unsigned long long>(left, chunk.size()));
-      h.update(std::string_view(chunk.data(), n));
+    std::string piece(konn::testsupport::kDownloadPiece, '\0');
+    uint64_t k = 0;
+    for (unsigned long long left = bytes; left > 0; ++k) {
+      konn::testsupport::download_piece(k, piece.data());
+      size_t n = static_cast<size_t>(std::min<unsigned long long>(left, piece.size()));
+      h.update(std::string_view(piece.data(), n));
       left -= n;
     }
     expected = h.hex();
