@@ -60,7 +60,8 @@ TEST_CASE("a deadline runs on the timer's thread once its delay passed, never be
   CHECK(d.pending() == 0);
 }
 
-TEST_CASE("a cancelled deadline never runs, and cancel says whether it was still pending", "[tunnel]") {
+TEST_CASE("a cancelled deadline never runs, and cancel says whether it was still pending",
+          "[tunnel]") {
   TimerThread tt;
   Deadlines d(tt.ctx.get_executor(), 10ms);
   std::atomic<int> ran{0};
