@@ -157,7 +157,7 @@ void ServerApp::start() {
       throw std::runtime_error(
           "cannot listen for agents on " +
           bind_spec(options_.agent_bind_address, options_.agent_port) +
-          (shared ? " nor serve the frontend on unix socket " + options_.uds_name : ""));
+          (shared ? " or serve the frontend on unix socket " + options_.uds_name : ""));
     }
     agent_driver_ = std::make_unique<core::tunnel::CompletionDriver>("grpc-streams", std::move(cq));
     agent_service_->accept(*agent_driver_, shared);
