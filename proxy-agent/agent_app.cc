@@ -1,5 +1,7 @@
 #include "proxy-agent/agent_app.h"
 
+#include <pthread.h>
+
 #include <asio/steady_timer.hpp>
 
 #include "core/io/allocator.h"
@@ -23,9 +25,10 @@ constexpr std::chrono::seconds kAbortStopWait{2};
 
 AgentApp::AgentApp(const AgentOptions& options)
     : options_(options),
+      streams_guard_(streams_.get_executor()),
       guard_(control_.get_executor()),
-      servers_(std::make_shared<ServerSet>(options_, pool_, control_, *driver_, stats_,
-                                           node_stats_)) {}
+      servers_(
+          std::make_shared<ServerSet>(options_, pool_, control_, streams_, stats_, node_stats_)) {}
 
 AgentApp::~AgentApp() { stop(); }
 
@@ -40,17 +43,21 @@ void AgentApp::start() {
     settings.poll_interval =
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_poll_interval);
     std::weak_ptr<ServerSet> servers = servers_;
-    leases_ = std::make_unique<LeaseCounter>(
-        core::kube::api_target_from(rest), std::move(settings), metrics_,
-        [servers](int64_t count) {
-          if (auto s = servers.lock()) s->set_lease_count(count);
-        });
+    leases_ = std::make_unique<LeaseCounter>(core::kube::api_target_from(rest), std::move(settings),
+                                             metrics_, [servers](int64_t count) {
+                                               if (auto s = servers.lock())
+                                                 s->set_lease_count(count);
+                                             });
     KONN_LOG((&logger()), info, "counting server leases at {} ({})", rest.server, rest.source);
   }
   started_ = true;
   pool_.start();
   core::io::start_memory_trimmer(control_);
   control_thread_ = std::thread([this] { control_.run(); });
+  streams_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "agent-streams");
+    streams_.run();
+  });
   servers_->start();
   if (leases_) leases_->start();
   if (!options_.node_to_control_plane_listen.empty()) {
@@ -63,8 +70,8 @@ void AgentApp::start() {
 
 void AgentApp::start_listeners() {
   auto metrics = [this](const std::string&) {
-    return core::admin::Response{200, "text/plain; version=0.0.4; charset=utf-8",
-                                 metrics_.serialize(), {}};
+    return core::admin::Response{
+        200, "text/plain; version=0.0.4; charset=utf-8", metrics_.serialize(), {}};
   };
   auto ok = [](const std::string&) { return core::admin::Response{200, "text/plain", "ok", {}}; };
   auto ready = [this](const std::string& query) {
@@ -145,11 +152,12 @@ void AgentApp::stop(bool graceful) {
   if (started_) {
     bool done = servers_->stop(!graceful, graceful ? kGracefulStopWait : kAbortStopWait);
     if (!done && graceful) done = servers_->stop(true, kAbortStopWait);
-    if (!done) {
-      KONN_LOG((&logger()), warn, "some server streams did not finish in time");
-      (void)driver_.release();
-    }
+    if (!done) KONN_LOG((&logger()), warn, "some server streams did not finish in time");
   }
+  // The connections end with their io_context: whatever is left is destroyed with it.
+  streams_guard_.reset();
+  streams_.stop();
+  if (streams_thread_.joinable()) streams_thread_.join();
   if (health_) health_->stop();
   if (admin_) admin_->stop();
   guard_.reset();

@@ -11,7 +11,6 @@
 
 #include "core/admin/admin_server.h"
 #include "core/io/worker_pool.h"
-#include "core/tunnel/completion_driver.h"
 #include "proxy-agent/agent_metrics.h"
 #include "proxy-agent/agent_options.h"
 #include "proxy-agent/agent_stats.h"
@@ -22,9 +21,9 @@
 namespace konn::agent {
 
 // The proxy-agent process, wired: an Asio WorkerPool for endpoint sockets, one control
-// io_context (its own thread) for the connect/probe loops, signals and the drain watch, and the
-// ServerSet holding the gRPC streams (whose reactions run on the CompletionDriver's thread). Tests
-// run it in process with start()/stop(); main() calls run().
+// io_context (its own thread) for the connect/probe loops, signals and the drain watch, one
+// streams io_context (its own thread) for the HTTP/2 connections to the servers, and the
+// ServerSet holding the streams. Tests run it in process with start()/stop(); main() calls run().
 class AgentApp {
  public:
   // `options` must be validated.
@@ -68,19 +67,17 @@ class AgentApp {
   const AgentOptions options_;  // a copy: the loops read it for the app's whole life
   std::shared_ptr<AgentStats> stats_ = std::make_shared<AgentStats>();
   std::shared_ptr<AgentStats> node_stats_ = std::make_shared<AgentStats>();
-  // The server streams' completion queue and its thread; declared first of the threads so it
-  // is destroyed last, after everything that could still hold a stream.
-  // Released rather than destroyed when a stream did not end in stop(): shutting its queue down
-  // under a live stream would abort the process.
-  std::unique_ptr<core::tunnel::CompletionDriver> driver_ =
-      std::make_unique<core::tunnel::CompletionDriver>("agent-grpc");
   core::io::WorkerPool pool_;
+  // The servers' HTTP/2 connections and their streams' reactions (thread `agent-streams`).
+  asio::io_context streams_{1};
+  asio::executor_work_guard<asio::io_context::executor_type> streams_guard_;
+  std::thread streams_thread_;
   asio::io_context control_{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::thread control_thread_;
   std::shared_ptr<ServerSet> servers_;
-  AgentMetrics metrics_{
-      stats_, options_.node_to_control_plane_listen.empty() ? nullptr : node_stats_};
+  AgentMetrics metrics_{stats_,
+                        options_.node_to_control_plane_listen.empty() ? nullptr : node_stats_};
   std::shared_ptr<NodeListener> node_listener_;  // with --node-to-control-plane-listen
   std::unique_ptr<core::admin::AdminServer> health_;
   std::unique_ptr<core::admin::AdminServer> admin_;

@@ -6,12 +6,11 @@
 #include <sstream>
 
 #include <asio/steady_timer.hpp>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/support/channel_arguments.h>
 
 #include "core/config/duration.h"
 #include "core/log/log_macros.h"
 #include "core/tls/grpc_credentials.h"
+#include "core/tls/tls_context.h"
 #include "proxy-agent/backoff.h"
 
 namespace konn::agent {
@@ -32,10 +31,6 @@ constexpr std::chrono::seconds kMinKeepalive{30};
 // After our read side ended (we half-closed), the server has this many probe intervals (5 s by
 // default) to end the stream before the probe cancels it: a server answers a half-close at once.
 constexpr int kEndGraceProbes = 5;
-// gRPC core's GRPC_ARG_HTTP_CONNECT_HEADERS (not in its public headers): "Name:value" lines,
-// separated by '\n', sent with the CONNECT. Its proxy mapper sets it only when the proxy URL has
-// userinfo, which ours never has, so this value is the one sent.
-constexpr const char* kHttpConnectHeadersArg = "grpc.http_connect_headers";
 
 std::string join_host_port(const std::string& host, int port) {
   bool v6 = host.find(':') != std::string::npos && host.front() != '[';
@@ -53,12 +48,12 @@ struct ServerSet::Attempt {
 };
 
 ServerSet::ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
-                     core::tunnel::CompletionDriver& driver, std::shared_ptr<AgentStats> stats,
+                     asio::io_context& streams, std::shared_ptr<AgentStats> stats,
                      std::shared_ptr<AgentStats> node_stats)
     : options_(options),
       pool_(pool),
       ctx_(ctx),
-      driver_(driver),
+      streams_ctx_(streams),
       stats_(std::move(stats)),
       node_stats_(std::move(node_stats)),
       egress_(options.egress_proxy()) {
@@ -211,8 +206,7 @@ core::io::Awaitable<void> ServerSet::probe_loop() {
     }
     for (auto& s : streams) {
       if (s->cancel_if_end_overdue(kEndGraceProbes * options_.probe_interval)) continue;
-      auto state = s->channel_state();
-      if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
+      if (s->connection_lost()) {
         KONN_LOG((&logger()), warn, "server {} at {}: connection not ready, dropping it",
                  s->server_id(), s->target());
         s->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "probe: connection not ready"), true);
@@ -221,8 +215,7 @@ core::io::Awaitable<void> ServerSet::probe_loop() {
   }
 }
 
-std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config,
-                                                          std::optional<EgressProxy>* proxy) {
+bool ServerSet::prepare_attempt(StreamConfig* config) {
   const std::string& host =
       options_.proxy_server_hosts[next_host_++ % options_.proxy_server_hosts.size()];
   config->target = join_host_port(host, options_.proxy_server_port);
@@ -230,7 +223,11 @@ std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config,
   if (bare.size() > 2 && bare.front() == '[' && bare.back() == ']') {
     bare = bare.substr(1, bare.size() - 2);
   }
-  *proxy = egress_.proxy_for(bare, options_.proxy_server_port);
+  config->host = std::string(bare);
+  config->port = options_.proxy_server_port;
+  config->proxy = egress_.proxy_for(bare, options_.proxy_server_port);
+  config->connect_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_.server_connect_timeout);
   config->agent_id = options_.agent_id;
   config->agent_identifiers = options_.agent_identifiers;
   config->endpoint.dial_timeout =
@@ -256,11 +253,11 @@ std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config,
     if (!in) {
       KONN_LOG((&logger()), warn, "cannot read --service-account-token-path {}",
                options_.service_account_token_path);
-      return nullptr;
+      return false;
     }
     config->token = ss.str();
-    // gRPC C++ aborts the process on a header value outside printable ASCII, so unlike
-    // upstream (raw contents) a trailing newline is trimmed and anything else refused.
+    // A header value cannot carry control characters, so unlike upstream (raw contents) a
+    // trailing newline is trimmed and anything else refused.
     while (!config->token.empty() &&
            std::isspace(static_cast<unsigned char>(config->token.back())) != 0) {
       config->token.pop_back();
@@ -270,67 +267,43 @@ std::shared_ptr<grpc::Channel> ServerSet::prepare_attempt(StreamConfig* config,
     if (!printable) {
       KONN_LOG((&logger()), warn, "token in {} has characters a header cannot carry",
                options_.service_account_token_path);
-      return nullptr;
+      return false;
     }
   }
 
-  std::shared_ptr<grpc::ChannelCredentials> creds;
+  // Read at every connect, so rotated certificates are picked up.
   try {
-    creds = core::tls::grpc_channel_credentials(options_.ca_cert, options_.agent_cert,
-                                                options_.agent_key);
+    core::tls::ClientTlsConfig tls;
+    if (!options_.ca_cert.empty()) tls.ca_pem = core::tls::read_pem(options_.ca_cert);
+    if (!options_.agent_cert.empty() && !options_.agent_key.empty()) {
+      tls.cert_pem = core::tls::read_pem(options_.agent_cert);
+      tls.key_pem = core::tls::read_pem(options_.agent_key);
+    }
+    config->tls = core::tls::make_client_context(tls);
   } catch (const std::exception& e) {
     KONN_LOG((&logger()), warn, "TLS credentials: {}", e.what());
-    return nullptr;
+    return false;
   }
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // every attempt: a new TCP connection
-  auto keepalive = std::max<std::chrono::milliseconds>(
+  config->keepalive = std::max<std::chrono::milliseconds>(
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.keepalive_time),
       kMinKeepalive);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
-              static_cast<int>(std::min<int64_t>(keepalive.count(), INT32_MAX)));
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
-  // In gRPC 1.51 this argument is the subchannel's minimum connect timeout (the deadline of TCP
-  // connect, HTTP CONNECT and TLS handshake); each attempt has its own channel, so its reconnect
-  // backoff never comes into play.
-  args.SetInt(
-      GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-      static_cast<int>(std::min<int64_t>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(options_.server_connect_timeout)
-              .count(),
-          INT32_MAX)));
-  if (*proxy) {
-    // gRPC's own HTTP CONNECT handshaker: CONNECT <target> to the proxy, then TLS (verified
-    // against the target's name) and HTTP/2 inside. The URL carries no userinfo: gRPC would
-    // split it at every '@' of a decoded password; the header is set here instead.
-    args.SetString(GRPC_ARG_HTTP_PROXY, "http://" + (*proxy)->address());
-    if ((*proxy)->has_credentials) {
-      args.SetString(kHttpConnectHeadersArg, "Proxy-Authorization:" + (*proxy)->authorization());
-    }
-  } else {
-    // Direct: gRPC must not pick up grpc_proxy / https_proxy / http_proxy on its own.
-    args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-  }
-  return grpc::CreateCustomChannel(config->target, creds, args);
+  return true;
 }
 
 core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
   StreamConfig config;
-  std::optional<EgressProxy> proxy;
-  auto channel = prepare_attempt(&config, &proxy);
-  if (!channel) {
+  if (!prepare_attempt(&config)) {
     stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
     co_return Outcome::Failed;
   }
+  const std::optional<EgressProxy> proxy = config.proxy;
   auto attempt = std::make_shared<Attempt>(ctx_);
-  // The callbacks run on the driver thread and may outlive this attempt: they hold weak references
+  // The callbacks run on the streams thread and may outlive this attempt: they hold weak references
   // only, so nothing with an Asio timer is ever destroyed there.
   std::weak_ptr<ServerSet> weak = weak_from_this();
   std::weak_ptr<Attempt> weak_attempt = attempt;
   auto reactor = ServerStreamReactor::create(
-      channel, driver_, std::move(config), pool_, stats_,
+      streams_ctx_, std::move(config), pool_, stats_,
       [weak, weak_attempt](const std::shared_ptr<ServerStreamReactor>& r, const Handshake& h) {
         auto set = weak.lock();
         return set && set->on_handshake(r, h, weak_attempt);
@@ -347,8 +320,7 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
   }
   if (stopping) co_return Outcome::Failed;
   // Started before it is published as pending_: stop() may close pending_ at once from another
-  // thread, and closing issues the stream's finish operation, which needs a started call (UBSan
-  // caught StartWritesDone on an unbound reactor).
+  // thread.
   reactor->start();
   {
     std::lock_guard lock(mu_);
@@ -381,9 +353,9 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     case Outcome::Failed:
       stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
       if (proxy) {
-        auto failure = explain_proxy_failure(
+        auto failure = reactor->proxy_failure().value_or(explain_proxy_failure(
             *proxy, attempt->why,
-            core::config::format_go_duration(options_.server_connect_timeout));
+            core::config::format_go_duration(options_.server_connect_timeout)));
         stats_->egress_proxy_failures[failure.reason].fetch_add(1, std::memory_order_relaxed);
         KONN_LOG((&logger()), warn,
                  "cannot connect to proxy-server {} through HTTP proxy {} (from {}): {}{}",
@@ -484,8 +456,8 @@ size_t ServerSet::node_ready_servers() const {
     std::lock_guard lock(mu_);
     for (const auto& [id, s] : streams_) streams.push_back(s);
   }
-  return static_cast<size_t>(std::count_if(streams.begin(), streams.end(),
-                                           [](const auto& s) { return s->node_ready(); }));
+  return static_cast<size_t>(
+      std::count_if(streams.begin(), streams.end(), [](const auto& s) { return s->node_ready(); }));
 }
 
 void ServerSet::on_end(std::shared_ptr<ServerStreamReactor> s, bool handshake_failed,

@@ -34,15 +34,15 @@ namespace konn::agent {
 // otherwise the servercount; never below 1. Until a first lease list succeeded, the servercount.
 //
 // Lock: mu_ guards streams_, server_count_, lease_count_, draining_/stopping_ and live_; taken from
-// the driver's thread (handshake, stream end) and from the loops; never held while calling a
+// the streams thread (handshake, stream end) and from the loops; never held while calling a
 // reactor.
 class ServerSet : public std::enable_shared_from_this<ServerSet> {
  public:
-  // The streams run on `driver`'s completion queue; it must outlive every stream.
+  // The streams' connections run on `streams` (one thread); it must outlive every stream.
   // `node_stats` counts the node-to-control-plane connections (with
   // --node-to-control-plane-listen; may be null otherwise).
   ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
-            core::tunnel::CompletionDriver& driver, std::shared_ptr<AgentStats> stats,
+            asio::io_context& streams, std::shared_ptr<AgentStats> stats,
             std::shared_ptr<AgentStats> node_stats = nullptr);
   ~ServerSet();
   ServerSet(const ServerSet&) = delete;
@@ -83,14 +83,13 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   core::io::Awaitable<void> connect_loop();
   core::io::Awaitable<void> probe_loop();
   core::io::Awaitable<Outcome> connect_once();
-  // Builds the next attempt's config (host round-robin, token) and channel; null on failure.
-  // *proxy: the egress HTTP proxy the channel goes through, if any.
-  std::shared_ptr<grpc::Channel> prepare_attempt(StreamConfig* config,
-                                                 std::optional<EgressProxy>* proxy);
+  // Builds the next attempt's config (host round-robin, token, TLS, egress proxy); false on
+  // failure (logged).
+  bool prepare_attempt(StreamConfig* config);
   bool want_more() const;
   // The wanted server count (server_count()); mu_ held.
   int64_t target_count_locked() const;
-  // Called from the reactor's reactions (the driver thread).
+  // Called from the reactor's reactions (the streams thread).
   bool on_handshake(const std::shared_ptr<ServerStreamReactor>& s, const Handshake& h,
                     const std::weak_ptr<Attempt>& attempt);
   // Completes an attempt on ctx (any thread).
@@ -102,7 +101,7 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   const AgentOptions& options_;
   core::io::WorkerPool& pool_;
   asio::io_context& ctx_;
-  core::tunnel::CompletionDriver& driver_;
+  asio::io_context& streams_ctx_;
   std::shared_ptr<AgentStats> stats_;
   std::shared_ptr<AgentStats> node_stats_;
   std::shared_ptr<const core::net::DestinationPolicy> destinations_;  // --allowed-destinations
@@ -119,7 +118,7 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   bool stopping_ = false;
   // Servers that did not confirm node to control plane, each logged once.
   std::set<std::string> node_refused_;
-  mutable std::atomic<size_t> node_turn_{0};  // pick_node_stream's tie-break
+  mutable std::atomic<size_t> node_turn_{0};         // pick_node_stream's tie-break
   std::shared_ptr<ServerStreamReactor> pending_;     // the attempt waiting for headers
   std::shared_ptr<asio::steady_timer> loop_timer_;   // the connect loop's wait (ctx only)
   std::shared_ptr<asio::steady_timer> probe_timer_;  // the probe loop's wait (ctx only)

@@ -3,29 +3,53 @@
 #include <charconv>
 #include <random>
 
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/post.hpp>
+#include <asio/ssl/stream.hpp>
+
+#include "core/h2/transport.h"
 #include "core/log/log_macros.h"
+#include "core/net/dialer.h"
+#include "core/tls/tls_context.h"
 #include "core/tunnel/packet.h"
 
 namespace konn::agent {
 namespace {
 
 namespace tunnel = core::tunnel;
+namespace h2 = core::h2;
 
 spdlog::logger& logger() {
   static const auto log = core::log::get("agent.stream");
   return *log;
 }
 
-std::string to_std(grpc::string_ref s) { return std::string(s.data(), s.size()); }
+constexpr char kConnectPath[] = "/AgentService/Connect";
+// The largest packet accepted from a server (as the gRPC channel's limit was).
+constexpr size_t kMaxPacketBytes = 64 * 1024 * 1024;
 
 // Reads the response headers as upstream's agent does: exactly one serverid, exactly one
 // decimal servercount. konn-flow-control: 1 turns our credit extension on.
-Handshake check_headers(const std::multimap<grpc::string_ref, grpc::string_ref>& md) {
+Handshake check_headers(const h2::Metadata& md) {
   Handshake h;
-  auto ids = md.equal_range("serverid");
-  auto counts = md.equal_range("servercount");
-  size_t n_ids = static_cast<size_t>(std::distance(ids.first, ids.second));
-  size_t n_counts = static_cast<size_t>(std::distance(counts.first, counts.second));
+  size_t n_ids = 0;
+  size_t n_counts = 0;
+  std::string count;
+  for (const auto& [key, value] : md) {
+    if (key == "serverid") {
+      ++n_ids;
+      h.server_id = value;
+    } else if (key == "servercount") {
+      ++n_counts;
+      count = value;
+    } else if (key == tunnel::kFlowControlHeader && value == tunnel::kFlowControlVersion) {
+      h.flow_control = true;
+    } else if (key == tunnel::kNodeToControlPlaneHeader &&
+               value == tunnel::kNodeToControlPlaneVersion) {
+      h.node_to_control_plane = true;
+    }
+  }
   if (n_ids != 1) {
     h.error = "expected one serverid header, got " + std::to_string(n_ids);
     return h;
@@ -34,18 +58,10 @@ Handshake check_headers(const std::multimap<grpc::string_ref, grpc::string_ref>&
     h.error = "expected one servercount header, got " + std::to_string(n_counts);
     return h;
   }
-  h.server_id = to_std(ids.first->second);
-  std::string count = to_std(counts.first->second);
   auto [ptr, ec] = std::from_chars(count.data(), count.data() + count.size(), h.server_count);
   if (count.empty() || ec != std::errc() || ptr != count.data() + count.size()) {
     h.error = "servercount header \"" + count + "\" is not a decimal number";
     return h;
-  }
-  for (auto [it, end] = md.equal_range(tunnel::kFlowControlHeader); it != end; ++it) {
-    if (it->second == tunnel::kFlowControlVersion) h.flow_control = true;
-  }
-  for (auto [it, end] = md.equal_range(tunnel::kNodeToControlPlaneHeader); it != end; ++it) {
-    if (it->second == tunnel::kNodeToControlPlaneVersion) h.node_to_control_plane = true;
   }
   h.ok = true;
   return h;
@@ -54,34 +70,40 @@ Handshake check_headers(const std::multimap<grpc::string_ref, grpc::string_ref>&
 }  // namespace
 
 std::shared_ptr<ServerStreamReactor> ServerStreamReactor::create(
-    std::shared_ptr<grpc::Channel> channel, core::tunnel::CompletionDriver& driver,
-    StreamConfig config, core::io::WorkerPool& pool, std::shared_ptr<AgentStats> stats,
-    HandshakeCallback on_handshake, EndCallback on_end) {
-  return std::make_shared<ServerStreamReactor>(std::move(channel), driver, std::move(config), pool,
-                                               std::move(stats), std::move(on_handshake),
-                                               std::move(on_end));
+    asio::io_context& streams, StreamConfig config, core::io::WorkerPool& pool,
+    std::shared_ptr<AgentStats> stats, HandshakeCallback on_handshake, EndCallback on_end) {
+  return std::make_shared<ServerStreamReactor>(streams, std::move(config), pool, std::move(stats),
+                                               std::move(on_handshake), std::move(on_end));
 }
 
-ServerStreamReactor::ServerStreamReactor(std::shared_ptr<grpc::Channel> channel,
-                                         core::tunnel::CompletionDriver& driver,
-                                         StreamConfig config, core::io::WorkerPool& pool,
+ServerStreamReactor::ServerStreamReactor(asio::io_context& streams, StreamConfig config,
+                                         core::io::WorkerPool& pool,
                                          std::shared_ptr<AgentStats> stats,
                                          HandshakeCallback on_handshake, EndCallback on_end)
-    : channel_(std::move(channel)),
-      stub_(AgentService::NewStub(channel_)),
-      driver_(driver),
+    : streams_(streams),
       config_(std::move(config)),
       pool_(pool),
       stats_(std::move(stats)),
       on_handshake_(std::move(on_handshake)),
-      on_end_(std::move(on_end)) {
-  arm(1);  // the finish hold, released by start_finish_op
-}
+      on_end_(std::move(on_end)) {}
 
 ServerStreamReactor::~ServerStreamReactor() = default;
 
 std::shared_ptr<ServerStreamReactor> ServerStreamReactor::self_ptr() {
   return std::static_pointer_cast<ServerStreamReactor>(shared_from_this());
+}
+
+template <typename Fn>
+void ServerStreamReactor::on_streams_thread(Fn&& fn) {
+  if (streams_.get_executor().running_in_this_thread()) {
+    auto self = self_ptr();  // fn may end the call, and its owner drop the reactor
+    fn();
+    return;
+  }
+  asio::post(streams_, [self = self_ptr(), fn = std::forward<Fn>(fn)]() mutable {
+    (void)self;
+    fn();
+  });
 }
 
 void ServerStreamReactor::start() {
@@ -90,84 +112,77 @@ void ServerStreamReactor::start() {
     self_ = self_ptr();
     started_ = std::chrono::steady_clock::now();
   }
-  context_.AddMetadata("agentid", config_.agent_id);
-  context_.AddMetadata("agentidentifiers", config_.agent_identifiers);
-  if (!config_.token.empty()) context_.AddMetadata("authorization", "Bearer " + config_.token);
-  context_.AddMetadata(tunnel::kFlowControlHeader, tunnel::kFlowControlVersion);
-  context_.AddMetadata(tunnel::kHalfCloseHeader, tunnel::kHalfCloseVersion);
-  if (config_.node_to_control_plane) {
-    context_.AddMetadata(tunnel::kNodeToControlPlaneHeader, tunnel::kNodeToControlPlaneVersion);
-  }
-  call_ = stub_->PrepareAsyncConnect(&context_, driver_.cq());
-  // The call's status is asked for (Finish) once the response headers are in: a Finish issued
-  // earlier would ask for them a second time.
-  call_->StartCall(tag(&started_tag_));
-  call_->ReadInitialMetadata(tag(&metadata_tag_));
+  asio::co_spawn(streams_, connect_and_call(), asio::detached);
 }
 
-void ServerStreamReactor::on_call_started(bool) {
-  // StartCall, Write and WritesDone share one operation set in gRPC's async stream: a write or
-  // half-close asked for while the call was starting was held back until now.
-  Deferred d;
-  {
-    std::lock_guard lock(start_mu_);
-    call_started_ = true;
-    d = deferred_;
-  }
-  if (d.kind == Deferred::Write) call_->Write(*d.packet, d.opts, d.tag);
-  if (d.kind == Deferred::WritesDone) call_->WritesDone(d.tag);
-  settle();
-}
-
-bool ServerStreamReactor::defer_until_started(Deferred d) {
-  std::lock_guard lock(start_mu_);
-  if (call_started_) return false;
-  deferred_ = d;
-  return true;
-}
-
-void ServerStreamReactor::on_initial_metadata(bool ok) {
-  call_->Finish(&final_status_, settle_tag());
-  OnReadInitialMetadataDone(ok);
-  settle();
-}
-
-void ServerStreamReactor::drain() {
-  KONN_LOG((&logger()), info, "{}sending DRAIN", log_prefix());
-  send(tunnel::make_drain());
-}
-
-grpc_connectivity_state ServerStreamReactor::channel_state() const {
-  return channel_->GetState(false);
-}
-
-std::string ServerStreamReactor::server_id() const {
-  std::lock_guard lock(mu_);
-  return server_id_;
-}
-
-bool ServerStreamReactor::flow_control() const {
-  std::lock_guard lock(mu_);
-  return flow_control_;
-}
-
-bool ServerStreamReactor::node_ready() const {
-  std::lock_guard lock(mu_);
-  return node_confirmed_ && accepted_ && !ended_;
-}
-
-std::string ServerStreamReactor::log_prefix() const {
-  std::lock_guard lock(mu_);
-  return "[S" + (server_id_.empty() ? std::string("?") : server_id_) + " " + config_.target + "] ";
-}
-
-void ServerStreamReactor::OnReadInitialMetadataDone(bool ok) {
-  Handshake h;
-  if (ok) {
-    h = check_headers(context_.GetServerInitialMetadata());
+core::io::Awaitable<void> ServerStreamReactor::connect_and_call() {
+  auto self = self_ptr();
+  std::string error;
+  std::unique_ptr<h2::Transport> transport;
+  auto dialed = co_await core::net::dial_tcp(streams_.get_executor(), config_.target,
+                                             config_.connect_timeout);
+  if (dialed.ec) {
+    error = dialed.error_text;
   } else {
-    h.error = "stream failed before response headers";
+    asio::ssl::stream<asio::ip::tcp::socket> tls(std::move(dialed.socket), *config_.tls);
+    if (!core::tls::prepare_client(tls.native_handle(), config_.host, true)) {
+      error = "TLS: cannot verify the name " + config_.host;
+    } else {
+      transport = std::make_unique<h2::TcpTlsTransport>(std::move(tls));
+    }
   }
+  if (transport && !cancel_asked_ && !finish_issued_) {
+    h2::ConnectionOptions options;
+    options.authority = config_.target;
+    options.scheme = "https";
+    options.user_agent = "konn-proxy-agent";
+    options.keepalive_interval = config_.keepalive;
+    options.max_message_bytes = kMaxPacketBytes;
+    options.log_name = "[agent h2 " + config_.target + "]";
+    conn_ = h2::Connection::create(h2::Connection::Role::Client, std::move(transport), options);
+    conn_->set_on_close([this](const std::string&) { connection_lost_ = true; });
+    conn_->start();
+    h2::Metadata md{{"agentid", config_.agent_id}, {"agentidentifiers", config_.agent_identifiers}};
+    if (!config_.token.empty()) md.emplace_back("authorization", "Bearer " + config_.token);
+    md.emplace_back(tunnel::kFlowControlHeader, tunnel::kFlowControlVersion);
+    md.emplace_back(tunnel::kHalfCloseHeader, tunnel::kHalfCloseVersion);
+    if (config_.node_to_control_plane) {
+      md.emplace_back(tunnel::kNodeToControlPlaneHeader, tunnel::kNodeToControlPlaneVersion);
+    }
+    h2::StreamCallbacks cb;
+    // Raw `this`: the reactor holds itself (self_) until OnDone, which waits for the stream's
+    // end, after which the stream calls nothing.
+    cb.on_headers = [this](const h2::Metadata& m) { on_response_headers(m); };
+    cb.on_message = [this](std::string&& m) { on_message(std::move(m)); };
+    cb.on_end = [this](const h2::GrpcStatus& st, const h2::Metadata&) { on_stream_end(st); };
+    stream_ = conn_->start_call(kConnectPath, md, std::move(cb));
+    if (stream_) {
+      // Not paused before the handshake: a server that refuses the agent ends the call without
+      // response headers, and a paused stream would hold that end back. A message that comes
+      // while no read is outstanding pauses it (on_message).
+      stream_->set_on_drained([this] {
+        if (!write_outstanding_) return;
+        write_outstanding_ = false;
+        handle_write_done(true);
+      });
+      if (const Packet* p = std::exchange(deferred_write_, nullptr)) write_packet(p);
+      co_return;
+    }
+    error = "the connection closed before the call started";
+  } else if (transport) {
+    error = "closed while connecting";
+  }
+  // No stream: the call is over before it began.
+  {
+    std::lock_guard lock(mu_);
+    if (handshake_error_.empty()) handshake_error_ = error;
+  }
+  on_stream_end(h2::GrpcStatus{h2::grpc_code::kUnavailable, error});
+}
+
+void ServerStreamReactor::on_response_headers(const h2::Metadata& md) {
+  headers_seen_ = true;
+  Handshake h = check_headers(md);
   if (!h.ok) {
     {
       std::lock_guard lock(mu_);
@@ -199,14 +214,114 @@ void ServerStreamReactor::OnReadInitialMetadataDone(bool ok) {
   }
   KONN_LOG((&logger()), info, "{}connected: servercount={} flow-control={}{}", log_prefix(),
            h.server_count, h.flow_control ? "on" : "off",
-           config_.node_to_control_plane
-               ? (h.node_to_control_plane ? " node-to-control-plane=on" : " node-to-control-plane=off")
-               : "");
+           config_.node_to_control_plane ? (h.node_to_control_plane ? " node-to-control-plane=on"
+                                                                    : " node-to-control-plane=off")
+                                         : "");
   start_reading();
+}
+
+void ServerStreamReactor::cancel_stream() {
+  if (!stream_ || stream_over_) return;
+  // A paused stream would hold its end until resumed: what is still to come is dropped instead.
+  discarding_ = true;
+  held_.reset();
+  stream_->cancel();
+  stream_->resume_reading();
+}
+
+void ServerStreamReactor::on_message(std::string&& message) {
+  if (discarding_) return;
+  if (read_target_ == nullptr) {
+    // No read outstanding (reading is paused): keep it, and let HTTP/2 flow control hold the rest.
+    held_ = std::move(message);
+    stream_->pause_reading();
+    return;
+  }
+  if (!read_target_->ParseFromString(message)) {
+    KONN_LOG((&logger()), warn,
+             "{}a message from the server is not a Packet ({} bytes); ending "
+             "the stream",
+             log_prefix(), message.size());
+    parse_failed_ = true;
+    cancel_stream();
+    return;
+  }
+  read_target_ = nullptr;
+  handle_read_done(true);
+}
+
+void ServerStreamReactor::on_stream_end(const h2::GrpcStatus& status) {
+  if (stream_over_) return;
+  stream_over_ = true;
+  held_.reset();
+  if (parse_failed_) {
+    final_status_ = grpc::Status(grpc::StatusCode::INTERNAL, "a message is not a Packet");
+  } else {
+    final_status_ = grpc::Status(static_cast<grpc::StatusCode>(status.code), status.message);
+  }
+  if (!headers_seen_) {
+    std::lock_guard lock(mu_);
+    if (handshake_error_.empty()) handshake_error_ = "stream failed before response headers";
+  }
+  if (read_target_ != nullptr) {
+    read_target_ = nullptr;
+    handle_read_done(false);
+  }
+  if (write_outstanding_) {
+    write_outstanding_ = false;
+    handle_write_done(false);
+  } else if (const Packet* p = std::exchange(deferred_write_, nullptr)) {
+    (void)p;
+    handle_write_done(false);
+  }
+  close(final_status_);
+  settle();
+}
+
+void ServerStreamReactor::settle() {
+  if (--holds_ == 0) OnDone(final_status_);
+}
+
+void ServerStreamReactor::drain() {
+  KONN_LOG((&logger()), info, "{}sending DRAIN", log_prefix());
+  send(tunnel::make_drain());
+}
+
+bool ServerStreamReactor::connection_lost() const { return connection_lost_; }
+
+std::optional<ProxyFailure> ServerStreamReactor::proxy_failure() const {
+  std::lock_guard lock(mu_);
+  return proxy_failure_;
+}
+
+std::string ServerStreamReactor::server_id() const {
+  std::lock_guard lock(mu_);
+  return server_id_;
+}
+
+bool ServerStreamReactor::flow_control() const {
+  std::lock_guard lock(mu_);
+  return flow_control_;
+}
+
+bool ServerStreamReactor::node_ready() const {
+  std::lock_guard lock(mu_);
+  return node_confirmed_ && accepted_ && !ended_;
+}
+
+std::string ServerStreamReactor::log_prefix() const {
+  std::lock_guard lock(mu_);
+  return "[S" + (server_id_.empty() ? std::string("?") : server_id_) + " " + config_.target + "] ";
 }
 
 void ServerStreamReactor::OnDone(const grpc::Status& status) {
   mark_done();
+  if (conn_) {
+    // GOAWAY, then the connection closes (its stream has ended). It lives on in its handlers.
+    conn_->shutdown();
+    conn_.reset();
+  }
+  stream_.reset();
   std::string why = status.ok() ? std::string("stream finished")
                                 : "stream ended: " + std::to_string(status.error_code()) + " " +
                                       status.error_message();
@@ -215,7 +330,9 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
     std::lock_guard lock(mu_);
     handshake_failed = !accepted_;
     if (handshake_failed && !handshake_error_.empty() && handshake_error_ != "not kept") {
-      why = handshake_error_ + (status.ok() ? "" : " (" + status.error_message() + ")");
+      why = handshake_error_ + (status.ok() || status.error_message() == handshake_error_
+                                    ? ""
+                                    : " (" + status.error_message() + ")");
     }
   }
   // As upstream: a failed receive (not a clean end) and a failed send are stream errors, and
@@ -241,25 +358,70 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
   if (on_end) on_end(std::move(last), handshake_failed, why);
 }
 
-void ServerStreamReactor::start_write_op(const Packet* p, grpc::WriteOptions opts) {
-  void* t = write_tag();
-  if (defer_until_started(Deferred{Deferred::Write, t, p, opts})) return;
-  call_->Write(*p, opts, t);
+void ServerStreamReactor::start_write_op(const Packet* p, grpc::WriteOptions) {
+  on_streams_thread([this, p] {
+    if (stream_over_) {
+      handle_write_done(false);
+    } else if (!stream_) {
+      deferred_write_ = p;  // sent once the call started
+    } else {
+      write_packet(p);
+    }
+  });
 }
 
-void ServerStreamReactor::start_read_op(Packet* p) { call_->Read(p, read_tag()); }
+void ServerStreamReactor::write_packet(const Packet* p) {
+  std::string bytes;
+  p->SerializeToString(&bytes);
+  write_outstanding_ = true;
+  if (!stream_->send_message(bytes)) {
+    write_outstanding_ = false;
+    handle_write_done(false);
+  }
+  // Otherwise done once HTTP/2 took its bytes (on_drained), which may already have happened.
+}
+
+void ServerStreamReactor::start_read_op(Packet* p) {
+  on_streams_thread([this, p] {
+    if (stream_over_) {
+      handle_read_done(false);
+      return;
+    }
+    read_target_ = p;
+    if (held_) {
+      // Delivered from the loop, not from inside this call: the read that follows it starts
+      // from the delivery, and must not nest in this one.
+      asio::post(streams_, [this, self = self_ptr()] {
+        if (!held_ || read_target_ == nullptr || stream_over_) return;
+        std::string m = std::move(*held_);
+        held_.reset();
+        on_message(std::move(m));
+        if (!held_ && read_target_ != nullptr && stream_ && !stream_over_) {
+          stream_->resume_reading();
+        }
+      });
+      return;
+    }
+    if (stream_->reading_paused()) stream_->resume_reading();
+  });
+}
 
 void ServerStreamReactor::start_finish_op(const grpc::Status&) {
-  // A client has no Finish of its own: half-close our side so the server ends the call, then
-  // release the hold, so that OnDone comes once every operation completed.
-  void* t = settle_tag();
-  if (!defer_until_started(Deferred{Deferred::WritesDone, t, nullptr, {}})) call_->WritesDone(t);
-  release_finish_hold();
+  // A client has no finish of its own: half-close our side so the server ends the call. OnDone
+  // comes once the stream has ended too.
+  on_streams_thread([this] {
+    finish_issued_ = true;
+    if (stream_ && !stream_over_) stream_->half_close();
+    settle();
+  });
 }
 
 void ServerStreamReactor::cancel_op(const grpc::Status&) {
   cancelled_by_us_ = true;
-  context_.TryCancel();
+  on_streams_thread([this] {
+    if (!stream_) cancel_asked_ = true;
+    cancel_stream();
+  });
 }
 
 void ServerStreamReactor::on_queued(const Packet& p) {
@@ -270,11 +432,9 @@ void ServerStreamReactor::on_write_failed(const Packet& p) {
   failed_write_type_ = p.type();
   KONN_LOG((&logger()), warn, "{}writing {} to the server failed; closing the stream", log_prefix(),
            tunnel::describe(p));
-  // The call is broken for us. gRPC 1.51 sometimes keeps it open after a failed write, with our
-  // read still pending and the call's end never coming (seen after the server cancelled the
-  // call): cancel it, so every operation completes and the agent reconnects. Not our own close:
-  // OnDone still counts the stream error.
-  context_.TryCancel();
+  // The stream is broken for us: end it, so the agent reconnects. Not our own close: OnDone
+  // still counts the stream error.
+  on_streams_thread([this] { cancel_stream(); });
 }
 
 void ServerStreamReactor::on_read_end() {
@@ -300,7 +460,7 @@ bool ServerStreamReactor::cancel_if_end_overdue(std::chrono::steady_clock::durat
            "{}our read side ended but the server has not ended the stream; cancelling it",
            log_prefix());
   // Not our own close: OnDone counts it as a stream error (the server broke the stream).
-  context_.TryCancel();
+  on_streams_thread([this] { cancel_stream(); });
   return true;
 }
 
@@ -465,8 +625,8 @@ void ServerStreamReactor::open_node_tunnel(asio::ip::tcp::socket socket,
   // Our dial ids: random, positive, as a konnectivity client's.
   thread_local std::mt19937_64 rng{std::random_device{}()};
   auto dial_id = static_cast<int64_t>((rng() >> 1) | 1);
-  auto conn = std::make_shared<EndpointConnection>(ctx, shared_from_this(), node_table_, 0,
-                                                   dial_id, "S" + server_id, config_.node_endpoint,
+  auto conn = std::make_shared<EndpointConnection>(ctx, shared_from_this(), node_table_, 0, dial_id,
+                                                   "S" + server_id, config_.node_endpoint,
                                                    config_.node_stats, std::move(lease));
   if (!node_table_->add_dial(dial_id, conn)) {
     KONN_LOG((&logger()), warn, "{}node-to-control-plane connection closed: the stream ended",
@@ -512,8 +672,9 @@ void ServerStreamReactor::handle_node_packet(Packet&& p) {
         return;
       }
       // Findable by its connectID before the next packet is read: DATA may follow at once.
-      c->dial_answered(ok ? rsp.connectid() : 0,
-                       ok ? std::string() : (rsp.error().empty() ? "no connection id" : rsp.error()));
+      c->dial_answered(
+          ok ? rsp.connectid() : 0,
+          ok ? std::string() : (rsp.error().empty() ? "no connection id" : rsp.error()));
       return;
     }
     case DATA: {

@@ -5,25 +5,35 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
-#include <grpcpp/channel.h>
-#include <grpcpp/client_context.h>
-#include <grpcpp/support/async_stream.h>
+#include <asio/io_context.hpp>
+#include <asio/ssl/context.hpp>
 
+#include "core/h2/connection.h"
+#include "core/io/asio_compat.h"
 #include "core/io/worker_pool.h"
-#include "core/tunnel/async_packet_stream.h"
-#include "core/tunnel/completion_driver.h"
-#include "konnectivity/agent.grpc.pb.h"
+#include "core/tunnel/packet_stream.h"
 #include "proxy-agent/agent_stats.h"
 #include "proxy-agent/connection_table.h"
+#include "proxy-agent/egress_proxy.h"
 #include "proxy-agent/endpoint_connection.h"
 
 namespace konn::agent {
 
 // What one connection attempt sends and needs.
 struct StreamConfig {
-  std::string target;  // host:port of the proxy-server
+  std::string target;  // host:port of the proxy-server (IPv6 in brackets)
+  std::string host;    // its host: name or address, IPv6 without brackets
+  int port = 0;
+  // TLS client context (CA, client certificate); the server's name is verified against `host`.
+  std::shared_ptr<asio::ssl::context> tls;
+  std::optional<EgressProxy> proxy;  // CONNECT through this HTTP proxy first
+  // Bounds the TCP connect, the proxy's CONNECT and the TLS handshake together.
+  std::chrono::milliseconds connect_timeout{20000};
+  // A PING every `keepalive` (0: none); the connection closes when its ACK does not come.
+  std::chrono::milliseconds keepalive{0};
   std::string agent_id;
   std::string agent_identifiers;  // sent always, maybe empty
   std::string token;              // raw file contents; empty: no authorization header
@@ -45,50 +55,55 @@ struct Handshake {
   bool flow_control = false;  // the server announced konn-flow-control: 1
   // The server confirmed konn-node-to-control-plane: 1 (node tunnels may use this stream).
   bool node_to_control_plane = false;
-  std::string error;          // why not ok
+  std::string error;  // why not ok
 };
 
 // The agent's end of one AgentService/Connect stream to one proxy-server (an upstream "client"
-// of the ClientSet). It sends agentid/agentidentifiers/authorization and konn-flow-control in
-// the request headers, waits for serverid/servercount, then serves DIAL_REQ, DATA, CLOSE_REQ,
-// DIAL_CLS and KONN_WINDOW_UPDATE, each by posting to the endpoint connection's io_context: a
-// reaction never touches a socket and never waits on one connection (no head-of-line blocking).
+// of the ClientSet), on its own HTTP/2 connection (core/h2; TLS, ALPN h2, through an egress
+// proxy when configured). It sends agentid/agentidentifiers/authorization and konn-flow-control
+// in the request headers, waits for serverid/servercount, then serves DIAL_REQ, DATA, CLOSE_REQ,
+// DIAL_CLS and KONN_WINDOW_UPDATE. Delivery to an endpoint connection either writes its socket at
+// once (WriteRole) or posts to the connection's io_context: a reaction never waits on a socket
+// (no head-of-line blocking).
 //
-// Exception to STYLE's "gRPC callback reactors for the gRPC streams": this stream runs on gRPC's
-// completion-queue API, its reactions on the agent's one CompletionDriver thread, because the
-// callback API's thread hand-offs were most of the agent's context switches per round trip and
-// per dial (docs/performance.md). The reactions keep the callback API's names and contract: at
-// most one read and one write outstanding (PacketStream), and OnDone once the call's status is
-// known, every operation completed and the finish operation was issued.
+// Threads: the connection lives on the agent's streams io_context, which one thread runs. Its
+// reads go straight into nghttp2 and each packet's reaction runs inline there; what the endpoint
+// connections send from the worker threads is posted to it (PacketStream's write, read, finish
+// and cancel operations all run on that thread). PacketStream keeps its contract: at most one
+// read and one write outstanding, and OnDone once the call's status is known, the connection is
+// done with the stream and the finish operation (our half-close) was issued.
 //
 // Lifetime: create() returns a shared_ptr; the reactor also holds itself until OnDone. Owners
 // (ServerSet) keep shared_ptrs.
-class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamReactor> {
+class ServerStreamReactor : public core::tunnel::PacketStream {
  public:
-  // Runs on the driver thread once the headers were checked. Returns true to keep the stream
+  // Runs on the streams thread once the headers were checked. Returns true to keep the stream
   // (reads start), false to drop it (e.g. a duplicate server id).
   using HandshakeCallback =
       std::function<bool(const std::shared_ptr<ServerStreamReactor>&, const Handshake&)>;
   // Runs once, as the last act of OnDone: the call is over and no callback of it will run
-  // again. `handshake_failed` is true when the stream was never kept (bad headers, a failed
-  // call, or dropped by HandshakeCallback); `why` says what happened. It receives the reactor's
-  // own reference; it runs on the driver's thread, or on the thread whose call issued the finish
-  // operation last.
+  // again. `handshake_failed` is true when the stream was never kept (no connection, bad
+  // headers, a failed call, or dropped by HandshakeCallback); `why` says what happened. It
+  // receives the reactor's own reference; it runs on the streams thread.
   using EndCallback = std::function<void(std::shared_ptr<ServerStreamReactor> self,
                                          bool handshake_failed, const std::string& why)>;
 
-  static std::shared_ptr<ServerStreamReactor> create(
-      std::shared_ptr<grpc::Channel> channel, core::tunnel::CompletionDriver& driver,
-      StreamConfig config, core::io::WorkerPool& pool, std::shared_ptr<AgentStats> stats,
-      HandshakeCallback on_handshake, EndCallback on_end);
+  static std::shared_ptr<ServerStreamReactor> create(asio::io_context& streams, StreamConfig config,
+                                                     core::io::WorkerPool& pool,
+                                                     std::shared_ptr<AgentStats> stats,
+                                                     HandshakeCallback on_handshake,
+                                                     EndCallback on_end);
   ~ServerStreamReactor() override;
 
-  // Starts the call. Once.
+  // Connects and starts the call. Once.
   void start();
   // Sends DRAIN: the server stops routing new dials here; existing tunnels continue.
   void drain();
-  // The gRPC channel's state (probe): not READY for long means the server is unreachable.
-  grpc_connectivity_state channel_state() const;
+  // The HTTP/2 connection closed (probe): it broke, or a keepalive PING went unanswered.
+  bool connection_lost() const;
+  // Why connecting failed through the egress proxy, once the stream ended without a
+  // connection; nullopt otherwise.
+  std::optional<ProxyFailure> proxy_failure() const;
   // Endpoint connections of this stream (dialing or established).
   size_t connection_count() const { return table_->size(); }
   std::string server_id() const;
@@ -110,19 +125,20 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   // Cancels the call when its read side ended more than `grace` ago and the server has still not
   // ended it (OnDone has not come), e.g. after a packet we could not parse, from a server that
   // ignores our half-close. Without this the stream would stay in the server set for ever and the
-  // agent would never reconnect. (A failed write cancels the call at once: on_write_failed.)
+  // agent would never reconnect. (A failed write cancels the stream at once: on_write_failed.)
   // Returns true when it cancelled, once.
   bool cancel_if_end_overdue(std::chrono::steady_clock::duration grace);
 
   // Public only for make_shared; use create().
-  ServerStreamReactor(std::shared_ptr<grpc::Channel> channel,
-                      core::tunnel::CompletionDriver& driver, StreamConfig config,
-                      core::io::WorkerPool& pool, std::shared_ptr<AgentStats> stats,
-                      HandshakeCallback on_handshake, EndCallback on_end);
+  ServerStreamReactor(asio::io_context& streams, StreamConfig config, core::io::WorkerPool& pool,
+                      std::shared_ptr<AgentStats> stats, HandshakeCallback on_handshake,
+                      EndCallback on_end);
 
  protected:
   // PacketStream.
   void start_write_op(const Packet* p, grpc::WriteOptions opts) override;
+  // The write of `p` on the streams thread, once the stream exists.
+  void write_packet(const Packet* p);
   void start_read_op(Packet* p) override;
   void start_finish_op(const grpc::Status& status) override;
   void cancel_op(const grpc::Status& status) override;
@@ -132,25 +148,19 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   void on_write_failed(const Packet& p) override;
 
  private:
-  friend class core::tunnel::AsyncPacketStream<ServerStreamReactor>;
-  // Completions, on the driver's thread. Each runs its reaction, then settle() (reads, writes,
-  // the half-close and the finish complete in AsyncPacketStream).
-  void on_call_started(bool ok);
-  void on_initial_metadata(bool ok);
-  void call_over() { OnDone(final_status_); }
-  // The reactions, named as in the callback API.
-  void OnReadInitialMetadataDone(bool ok);
+  core::io::Awaitable<void> connect_and_call();
+  // h2 stream callbacks (streams thread).
+  void on_response_headers(const core::h2::Metadata& md);
+  void on_message(std::string&& message);
+  void on_stream_end(const core::h2::GrpcStatus& status);
+  // Resets the stream (RST_STREAM CANCEL); its end follows.
+  void cancel_stream();
+  // Runs `fn` on the streams thread: at once when called there, else posted.
+  template <typename Fn>
+  void on_streams_thread(Fn&& fn);
+  // One of the two holds on OnDone (the stream's end, the finish operation) is released.
+  void settle();
   void OnDone(const grpc::Status& status);
-  // A write or the half-close, held back while StartCall is in flight (at most one: PacketStream
-  // has one write or its finish outstanding at a time).
-  struct Deferred {
-    enum Kind { None, Write, WritesDone } kind = None;
-    void* tag = nullptr;  // counted when the operation was asked for
-    const Packet* packet = nullptr;
-    grpc::WriteOptions opts;
-  };
-  // Holds `d` back and returns true while the call is still starting.
-  bool defer_until_started(Deferred d);
 
   std::shared_ptr<ServerStreamReactor> self_ptr();
   void handle_dial(const DialRequest& req);
@@ -160,18 +170,23 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   void end(const std::string& why);
   std::string log_prefix() const;
 
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<AgentService::Stub> stub_;
-  core::tunnel::CompletionDriver& driver_;
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientAsyncReaderWriter<Packet, Packet>> call_;
-  grpc::Status final_status_;  // set by the Finish operation
-  std::mutex start_mu_;        // guards the two below
-  bool call_started_ = false;
-  Deferred deferred_;
-  using Self = ServerStreamReactor;
-  core::tunnel::MemberTag<Self, &Self::on_call_started> started_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_initial_metadata> metadata_tag_{this};
+  asio::io_context& streams_;
+  // Streams thread only.
+  std::shared_ptr<core::h2::Connection> conn_;
+  std::shared_ptr<core::h2::Stream> stream_;
+  Packet* read_target_ = nullptr;    // the outstanding read's packet
+  std::optional<std::string> held_;  // a message that came while no read was outstanding
+  bool write_outstanding_ = false;   // a packet handed to the stream, not yet taken by HTTP/2
+  bool stream_over_ = false;         // the stream ended (or never started)
+  bool cancel_asked_ = false;        // cancelled before the stream existed
+  int holds_ = 2;                    // the stream's end and the finish operation
+  bool finish_issued_ = false;
+  bool discarding_ = false;    // cancelled: messages still delivered are dropped
+  bool parse_failed_ = false;  // a message that is no Packet: the call fails INTERNAL
+  bool headers_seen_ = false;
+  const Packet* deferred_write_ = nullptr;  // a write asked for before the stream existed
+  grpc::Status final_status_;
+  std::atomic<bool> connection_lost_{false};
   const StreamConfig config_;
   core::io::WorkerPool& pool_;
   std::shared_ptr<AgentStats> stats_;
@@ -181,7 +196,7 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   HandshakeCallback on_handshake_;
   EndCallback on_end_;
 
-  // Lock: mu_ guards the fields below; never held while calling into gRPC or PacketStream.
+  // Lock: mu_ guards the fields below; never held while calling into the stream or PacketStream.
   mutable std::mutex mu_;
   std::shared_ptr<ServerStreamReactor> self_;  // until OnDone
   std::string server_id_;
@@ -190,6 +205,7 @@ class ServerStreamReactor : public core::tunnel::AsyncPacketStream<ServerStreamR
   bool accepted_ = false;
   bool ended_ = false;
   std::string handshake_error_;
+  std::optional<ProxyFailure> proxy_failure_;
   std::chrono::steady_clock::time_point started_;
   std::chrono::steady_clock::time_point read_ended_at_;  // zero until on_read_end
   bool overdue_cancelled_ = false;

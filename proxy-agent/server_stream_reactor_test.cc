@@ -14,11 +14,13 @@
 #include <catch2/catch.hpp>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/support/sync_stream.h>
 
 #include "core/io/asio_compat.h"
 #include "core/net/listener.h"
 #include "core/tls/grpc_credentials.h"
 #include "core/tunnel/packet.h"
+#include "konnectivity/agent.grpc.pb.h"
 #include "proxy-agent/agent_app.h"
 
 // In-process tests of the agent against a tiny AgentService server (sync gRPC API, TLS with
