@@ -45,6 +45,7 @@ class Attempt {
       : ex_(std::move(ex)), t_(std::move(t)), deadline_(deadline), target_(t_.address()) {}
 
   core::io::Awaitable<ServerConnectResult> run() {
+    if (!t_.tls) co_return failed("no TLS context for " + target_);
     const std::string first_hop = t_.proxy ? t_.proxy->address() : target_;
     auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline_.timer.expiry() - std::chrono::steady_clock::now());

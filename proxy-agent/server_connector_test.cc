@@ -11,6 +11,7 @@
 
 #include "core/h2/transport.h"
 #include "core/io/asio_compat.h"
+#include "core/net/endpoint.h"
 #include "core/tls/tls_context.h"
 #include "tests/support/loopback.h"
 #include "tests/support/temp_dir.h"
@@ -45,6 +46,7 @@ class TlsServer {
   uint16_t port() const { return acceptor_.local_endpoint().port(); }
   int handshakes = 0;   // completed server handshakes
   std::string peer_cn;  // the client certificate's common name, when one came
+  std::string sni;      // the server name the last client sent ("" for none)
 
  private:
   asio::awaitable<void> serve() {
@@ -56,6 +58,8 @@ class TlsServer {
       auto [hec] = co_await stream->async_handshake(asio::ssl::stream_base::server, use_nothrow);
       if (hec) continue;
       ++handshakes;
+      const char* name = SSL_get_servername(stream->native_handle(), TLSEXT_NAMETYPE_host_name);
+      sni = name == nullptr ? "" : name;
       if (X509* cert = SSL_get_peer_certificate(stream->native_handle())) {
         char cn[256] = {};
         X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
@@ -123,11 +127,13 @@ class ConnectProxy {
       co_await client->async_wait(tcp::socket::wait_read, use_nothrow);
       co_return;
     }
-    auto colon = request.find(':');
-    auto port = static_cast<uint16_t>(std::stoi(request.substr(colon + 1)));
+    // "CONNECT host:port HTTP/1.1": the tunnel goes to that address (a loopback IP here).
+    const auto target =
+        konn::core::net::parse_host_port(request.substr(8, request.find(' ', 8) - 8));
+    if (!target) co_return;
     auto upstream = std::make_shared<tcp::socket>(acceptor_.get_executor());
     auto [cec] = co_await upstream->async_connect(
-        tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), use_nothrow);
+        tcp::endpoint(asio::ip::make_address(target->host), target->port), use_nothrow);
     if (cec) co_return;
     auto ex = acceptor_.get_executor();
     asio::co_spawn(ex, pump(client, upstream), asio::detached);
@@ -210,15 +216,23 @@ TEST_CASE("connect_server: TLS with ALPN h2 and the agent's certificate, handsha
   CHECK(r.transport->is_tls());
   CHECK(server.handshakes == 1);
   CHECK(server.peer_cn == "proxy-agent");
+  CHECK(server.sni.empty());  // SNI carries no IP address
   // A Connection's start() must not handshake again: the transport completes at once.
   bool done = false;
   r.transport->async_handshake(false, [&](std::error_code ec) { done = !ec; });
   CHECK(done);
 
+  SECTION("IPv6, the certificate's ::1") {
+    TlsServer v6(io, true, "::1");
+    auto r6 = connect(io, target("::1", v6.port()));
+    INFO(r6.error);
+    CHECK(r6.transport);
+  }
   SECTION("by name, with SNI") {
     auto named = connect(io, target("localhost", server.port()));
     INFO(named.error);
     CHECK(named.transport);
+    CHECK(server.sni == "localhost");
   }
 }
 
@@ -295,6 +309,17 @@ TEST_CASE("connect_server: through an HTTP proxy, CONNECT with Proxy-Authorizati
   // base64("alice:secret")
   CHECK(proxy.request.find("\r\nProxy-Authorization: Basic YWxpY2U6c2VjcmV0\r\n") != npos);
 
+  SECTION("to an IPv6 server: CONNECT [::1]:port") {
+    TlsServer v6(io, true, "::1");
+    auto t6 = target("::1", v6.port());
+    t6.proxy = proxy_at(proxy.port());
+    auto r6 = connect(io, t6);
+    INFO(r6.error);
+    CHECK(r6.transport);
+    CHECK(proxy.request.rfind("CONNECT [::1]:" + std::to_string(v6.port()) + " HTTP/1.1\r\n", 0) ==
+          0);
+    CHECK(proxy.request.find("\r\nHost: [::1]:" + std::to_string(v6.port()) + "\r\n") != npos);
+  }
   SECTION("without credentials, no Proxy-Authorization") {
     t.proxy = proxy_at(proxy.port());
     auto plain = connect(io, t);
