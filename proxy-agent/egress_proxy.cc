@@ -334,6 +334,31 @@ std::string EgressProxyConfig::describe() const {
   return s + ")";
 }
 
+ProxyFailure ProxyFailure::for_status(const EgressProxy& proxy, int status) {
+  const std::string code = std::to_string(status);
+  // 407 is the standard answer; tinyproxy (1.11) answers 401 to wrong proxy credentials.
+  if (status == 407 || status == 401) {
+    const std::string words =
+        status == 407 ? "407 Proxy Authentication Required" : "HTTP 401 Unauthorized";
+    return {Auth, proxy.has_credentials ? "the proxy refused the user and password (" + words + ")"
+                                        : "the proxy requires a user and password (" + words + ")"};
+  }
+  if (status == 502 || status == 503 || status == 504) {
+    return {ServerUnreachable, "the proxy could not reach the proxy-server (HTTP " + code + ")"};
+  }
+  return {Refused, "the proxy refused the CONNECT (HTTP " + code + ")"};
+}
+
+ProxyFailure ProxyFailure::unreachable(bool unresolvable) {
+  return {ProxyUnreachable,
+          unresolvable ? "the proxy's name does not resolve" : "the proxy is unreachable"};
+}
+
+ProxyFailure ProxyFailure::timed_out(const std::string& timeout) {
+  return {Timeout, "no tunnel within --server-connect-timeout (" + timeout +
+                       "): the proxy did not answer the CONNECT, or the server did not finish TLS"};
+}
+
 ProxyFailure explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
                                    const std::string& timeout) {
   // gRPC 1.51's words: "HTTP proxy returned response code 407" (http_connect_handshaker.cc),
@@ -341,37 +366,21 @@ ProxyFailure explain_proxy_failure(const EgressProxy& proxy, const std::string& 
   // "FD Shutdown" / "Handshake timed out" once the connect deadline ends the handshake.
   static constexpr std::string_view kCode = "HTTP proxy returned response code ";
   if (auto at = grpc_error.find(kCode); at != std::string::npos) {
-    std::string code = grpc_error.substr(at + kCode.size(), 3);
-    // 407 is the standard answer; tinyproxy (1.11) answers 401 to wrong proxy credentials.
-    if (code == "407" || code == "401") {
-      const std::string status =
-          code == "407" ? "407 Proxy Authentication Required" : "HTTP 401 Unauthorized";
-      return {ProxyFailure::Auth, proxy.has_credentials
-                                      ? "the proxy refused the user and password (" + status + ")"
-                                      : "the proxy requires a user and password (" + status + ")"};
-    }
-    if (code == "502" || code == "503" || code == "504") {
-      return {ProxyFailure::ServerUnreachable,
-              "the proxy could not reach the proxy-server (HTTP " + code + ")"};
-    }
-    return {ProxyFailure::Refused, "the proxy refused the CONNECT (HTTP " + code + ")"};
+    int code = 0;
+    const char* first = grpc_error.data() + at + kCode.size();
+    std::from_chars(first, grpc_error.data() + grpc_error.size(), code);
+    return ProxyFailure::for_status(proxy, code);
   }
   // Before the CONNECT, the only peer is the proxy.
   if (grpc_error.find("DNS resolution failed") != std::string::npos) {
-    return {ProxyFailure::ProxyUnreachable, "the proxy's name does not resolve"};
+    return ProxyFailure::unreachable(true);
   }
   for (const char* unreachable : {"Connection refused", "No route to host",
                                   "Network is unreachable", "Failed to connect to remote host"}) {
-    if (grpc_error.find(unreachable) != std::string::npos) {
-      return {ProxyFailure::ProxyUnreachable, "the proxy is unreachable"};
-    }
+    if (grpc_error.find(unreachable) != std::string::npos) return ProxyFailure::unreachable(false);
   }
   for (const char* slow : {"FD Shutdown", "timed out", "Deadline Exceeded", "DEADLINE_EXCEEDED"}) {
-    if (grpc_error.find(slow) != std::string::npos) {
-      return {ProxyFailure::Timeout,
-              "no tunnel within --server-connect-timeout (" + timeout +
-                  "): the proxy did not answer the CONNECT, or the server did not finish TLS"};
-    }
+    if (grpc_error.find(slow) != std::string::npos) return ProxyFailure::timed_out(timeout);
   }
   return {ProxyFailure::Other, {}};
 }

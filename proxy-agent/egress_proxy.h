@@ -91,8 +91,7 @@ class EgressProxyConfig {
   std::string no_proxy_;
 };
 
-// What went wrong with an attempt through a proxy, as far as gRPC's reason tells
-// (konn_agent_egress_proxy_failures_total{reason}).
+// What went wrong with an attempt through a proxy (konn_agent_egress_proxy_failures_total{reason}).
 struct ProxyFailure {
   enum Reason {
     Auth,               // 407 (or tinyproxy's 401): credentials missing or refused
@@ -106,13 +105,23 @@ struct ProxyFailure {
   static constexpr std::array<const char*, kReasons> kReasonNames{
       "auth", "refused", "server_unreachable", "proxy_unreachable", "timeout", "other"};
   Reason reason = Other;
-  std::string text;  // plain words for the log; empty for Other
+  std::string text;  // plain words for the log; may be empty for Other
+
+  // The proxy answered the CONNECT with `status` (not 2xx): 407 (or tinyproxy's 401) is Auth,
+  // worded by whether `proxy` sent credentials; 502/503/504 ServerUnreachable; any other Refused.
+  static ProxyFailure for_status(const EgressProxy& proxy, int status);
+  // The proxy's address refused the connection or is unreachable; `unresolvable`: its name does
+  // not resolve.
+  static ProxyFailure unreachable(bool unresolvable);
+  // No tunnel within --server-connect-timeout (`timeout` as the flag reads, e.g. "20s").
+  static ProxyFailure timed_out(const std::string& timeout);
 };
 
-// Reads gRPC's reason for a failed connection attempt through `proxy` and says in plain words what
-// the proxy did: credentials refused or missing (407, or tinyproxy's 401), CONNECT refused (any
-// other status), proxy unreachable, or no tunnel within `timeout` (the proxy did not answer, or
-// the server did not finish TLS).
+// Reads gRPC's reason for a failed connection attempt through `proxy` (gRPC's own HTTP CONNECT
+// handshaker) and says in plain words what the proxy did, with the words of ProxyFailure's
+// constructors above: credentials refused or missing (407, or tinyproxy's 401), CONNECT refused
+// (any other status), proxy unreachable, or no tunnel within `timeout` (the proxy did not answer,
+// or the server did not finish TLS). server_connector.h classifies natively, without this.
 ProxyFailure explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
                                    const std::string& timeout);
 

@@ -174,7 +174,8 @@ TEST_CASE("EgressProxyConfig: the flag wins, else HTTPS_PROXY with NO_PROXY",
   }
 }
 
-TEST_CASE("explain_proxy_failure reads gRPC's reasons in plain words", "[agent][egress-proxy]") {
+TEST_CASE("explain_proxy_failure reads gRPC's reasons in the same plain words",
+          "[agent][egress-proxy]") {
   using konn::agent::explain_proxy_failure;
   std::string error;
   auto with = *parse_proxy_url("http://u:p@proxy:3128", &error);
@@ -213,4 +214,36 @@ TEST_CASE("explain_proxy_failure reads gRPC's reasons in plain words", "[agent][
             .text.find("within --server-connect-timeout (2s)") != std::string::npos);
   CHECK(explain_proxy_failure(with, "stream failed before response headers (Socket closed)", "2s")
             .text.empty());
+}
+
+TEST_CASE("ProxyFailure classifies a proxy's answer, absence and silence in plain words",
+          "[agent][egress-proxy]") {
+  using konn::agent::ProxyFailure;
+  std::string error;
+  auto with = *parse_proxy_url("http://u:p@proxy:3128", &error);
+  auto without = *parse_proxy_url("http://proxy:3128", &error);
+  CHECK(ProxyFailure::for_status(with, 407).reason == ProxyFailure::Auth);
+  CHECK(ProxyFailure::for_status(with, 407).text ==
+        "the proxy refused the user and password (407 Proxy Authentication Required)");
+  CHECK(ProxyFailure::for_status(without, 407).text ==
+        "the proxy requires a user and password (407 Proxy Authentication Required)");
+  CHECK(ProxyFailure::for_status(with, 401).reason == ProxyFailure::Auth);
+  CHECK(ProxyFailure::for_status(with, 401).text ==
+        "the proxy refused the user and password (HTTP 401 Unauthorized)");
+  for (int code : {502, 503, 504}) {
+    CHECK(ProxyFailure::for_status(with, code).reason == ProxyFailure::ServerUnreachable);
+  }
+  CHECK(ProxyFailure::for_status(with, 503).text ==
+        "the proxy could not reach the proxy-server (HTTP 503)");
+  for (int code : {400, 403, 405, 500, 302}) {
+    CHECK(ProxyFailure::for_status(with, code).reason == ProxyFailure::Refused);
+  }
+  CHECK(ProxyFailure::for_status(with, 403).text == "the proxy refused the CONNECT (HTTP 403)");
+  CHECK(ProxyFailure::unreachable(false).reason == ProxyFailure::ProxyUnreachable);
+  CHECK(ProxyFailure::unreachable(false).text == "the proxy is unreachable");
+  CHECK(ProxyFailure::unreachable(true).text == "the proxy's name does not resolve");
+  CHECK(ProxyFailure::timed_out("300ms").reason == ProxyFailure::Timeout);
+  CHECK(ProxyFailure::timed_out("300ms").text ==
+        "no tunnel within --server-connect-timeout (300ms): the proxy did not answer the "
+        "CONNECT, or the server did not finish TLS");
 }

@@ -68,12 +68,19 @@ class SocketTransport final : public Transport {
 };
 
 // TLS over a socket (asio::ssl::stream). A client stream is given ALPN "h2" by the transport.
+// A transport remembers a handshake that succeeded: later async_handshake calls complete at once.
+// So a client may handshake first, under its own deadline and with its own error reporting, and
+// then hand the transport to a Connection, whose start() does not handshake again.
 template <typename Socket>
 class TlsTransport final : public Transport {
  public:
   explicit TlsTransport(asio::ssl::stream<Socket> stream) : stream_(std::move(stream)) {}
   asio::any_io_executor executor() override { return stream_.get_executor(); }
   void async_handshake(bool server, std::function<void(std::error_code)> done) override {
+    if (handshake_done_) {
+      done({});
+      return;
+    }
     if (!server) offer_h2_alpn(stream_.native_handle());
     stream_.async_handshake(
         server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
@@ -81,9 +88,11 @@ class TlsTransport final : public Transport {
           if (!ec && alpn_selected(stream_.native_handle()) != "h2") {
             ec = std::make_error_code(std::errc::protocol_not_supported);
           }
+          handshake_done_ = !ec;
           done(ec);
         });
   }
+  bool handshake_done() const { return handshake_done_; }
   void async_read_some(asio::mutable_buffer buf, IoHandler done) override {
     stream_.async_read_some(buf, std::move(done));
   }
@@ -95,9 +104,12 @@ class TlsTransport final : public Transport {
     stream_.lowest_layer().close(ignored);
   }
   bool is_tls() const override { return true; }
+  // The TLS stream, e.g. to read the peer's verification result after a failed handshake.
+  asio::ssl::stream<Socket>& stream() { return stream_; }
 
  private:
   asio::ssl::stream<Socket> stream_;
+  bool handshake_done_ = false;
 };
 
 using TcpTransport = SocketTransport<asio::ip::tcp::socket>;
