@@ -359,35 +359,4 @@ ProxyFailure ProxyFailure::timed_out(const std::string& timeout) {
                        "): the proxy did not answer the CONNECT, or the server did not finish TLS"};
 }
 
-ProxyFailure explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
-                                   const std::string& timeout) {
-  // gRPC 1.51's words: "HTTP proxy returned response code 407" (http_connect_handshaker.cc),
-  // "<proxy address>: Failed to connect to remote host: Connection refused" (tcp_client), and
-  // "FD Shutdown" / "Handshake timed out" once the connect deadline ends the handshake.
-  static constexpr std::string_view kCode = "HTTP proxy returned response code ";
-  if (auto at = grpc_error.find(kCode); at != std::string::npos) {
-    int code = 0;
-    const char* first = grpc_error.data() + at + kCode.size();
-    std::from_chars(first, grpc_error.data() + grpc_error.size(), code);
-    return ProxyFailure::for_status(proxy, code);
-  }
-  // Before the CONNECT, the only peer is the proxy.
-  if (grpc_error.find("DNS resolution failed") != std::string::npos) {
-    return ProxyFailure::unreachable(true);
-  }
-  for (const char* unreachable : {"Connection refused", "No route to host",
-                                  "Network is unreachable", "Failed to connect to remote host"}) {
-    if (grpc_error.find(unreachable) != std::string::npos) return ProxyFailure::unreachable(false);
-  }
-  for (const char* slow : {"FD Shutdown", "timed out", "Deadline Exceeded", "DEADLINE_EXCEEDED"}) {
-    if (grpc_error.find(slow) != std::string::npos) return ProxyFailure::timed_out(timeout);
-  }
-  return {ProxyFailure::Other, {}};
-}
-
-void hide_no_proxy_from_grpc() {
-  ::unsetenv("no_grpc_proxy");
-  ::unsetenv("no_proxy");
-}
-
 }  // namespace konn::agent

@@ -117,18 +117,4 @@ struct ProxyFailure {
   static ProxyFailure timed_out(const std::string& timeout);
 };
 
-// Reads gRPC's reason for a failed connection attempt through `proxy` (gRPC's own HTTP CONNECT
-// handshaker) and says in plain words what the proxy did, with the words of ProxyFailure's
-// constructors above: credentials refused or missing (407, or tinyproxy's 401), CONNECT refused
-// (any other status), proxy unreachable, or no tunnel within `timeout` (the proxy did not answer,
-// or the server did not finish TLS). server_connector.h classifies natively, without this.
-ProxyFailure explain_proxy_failure(const EgressProxy& proxy, const std::string& grpc_error,
-                                   const std::string& timeout);
-
-// gRPC core (1.51) consults no_grpc_proxy / no_proxy even for a proxy given as a channel argument
-// and matches them by plain suffix, so it could go direct where the agent chose the proxy. The
-// agent decides alone: main() removes both variables, after ProxyEnvironment::from_process() and
-// before any thread starts.
-void hide_no_proxy_from_grpc();
-
 }  // namespace konn::agent

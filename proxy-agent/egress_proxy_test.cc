@@ -174,48 +174,6 @@ TEST_CASE("EgressProxyConfig: the flag wins, else HTTPS_PROXY with NO_PROXY",
   }
 }
 
-TEST_CASE("explain_proxy_failure reads gRPC's reasons in the same plain words",
-          "[agent][egress-proxy]") {
-  using konn::agent::explain_proxy_failure;
-  std::string error;
-  auto with = *parse_proxy_url("http://u:p@proxy:3128", &error);
-  auto without = *parse_proxy_url("http://proxy:3128", &error);
-  const std::string prefix =
-      "failed to connect to all addresses; last error: UNKNOWN: ipv4:10.0.0.1:3128: ";
-  using konn::agent::ProxyFailure;
-  CHECK(
-      explain_proxy_failure(with, prefix + "HTTP proxy returned response code 407", "20s").reason ==
-      ProxyFailure::Auth);
-  CHECK(
-      explain_proxy_failure(with, prefix + "HTTP proxy returned response code 403", "20s").reason ==
-      ProxyFailure::Refused);
-  CHECK(
-      explain_proxy_failure(with, prefix + "HTTP proxy returned response code 504", "20s").reason ==
-      ProxyFailure::ServerUnreachable);
-  CHECK(explain_proxy_failure(with, prefix + "Failed to connect to remote host: Connection refused",
-                              "20s")
-            .reason == ProxyFailure::ProxyUnreachable);
-  CHECK(explain_proxy_failure(with, prefix + "FD Shutdown", "2s").reason == ProxyFailure::Timeout);
-  CHECK(explain_proxy_failure(with, "Socket closed", "2s").reason == ProxyFailure::Other);
-  CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 407", "20s").text ==
-        "the proxy refused the user and password (407 Proxy Authentication Required)");
-  CHECK(explain_proxy_failure(without, prefix + "HTTP proxy returned response code 407", "20s")
-            .text == "the proxy requires a user and password (407 Proxy Authentication Required)");
-  CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 401", "20s").text ==
-        "the proxy refused the user and password (HTTP 401 Unauthorized)");
-  CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 403", "20s").text ==
-        "the proxy refused the CONNECT (HTTP 403)");
-  CHECK(explain_proxy_failure(with, prefix + "HTTP proxy returned response code 503", "20s").text ==
-        "the proxy could not reach the proxy-server (HTTP 503)");
-  CHECK(explain_proxy_failure(with, prefix + "Failed to connect to remote host: Connection refused",
-                              "20s")
-            .text == "the proxy is unreachable");
-  CHECK(explain_proxy_failure(with, prefix + "FD Shutdown", "2s")
-            .text.find("within --server-connect-timeout (2s)") != std::string::npos);
-  CHECK(explain_proxy_failure(with, "stream failed before response headers (Socket closed)", "2s")
-            .text.empty());
-}
-
 TEST_CASE("ProxyFailure classifies a proxy's answer, absence and silence in plain words",
           "[agent][egress-proxy]") {
   using konn::agent::ProxyFailure;

@@ -24,7 +24,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   options.apply_environment();
-  konn::agent::hide_no_proxy_from_grpc();  // the agent alone applies NO_PROXY
   auto errors = parsed.errors;
   if (errors.empty()) errors = options.validate();
   if (parsed.check_config) return konn::core::config::finish_check_config("proxy-agent", errors);

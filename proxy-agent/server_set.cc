@@ -9,9 +9,8 @@
 
 #include "core/config/duration.h"
 #include "core/log/log_macros.h"
-#include "core/tls/grpc_credentials.h"
-#include "core/tls/tls_context.h"
 #include "proxy-agent/backoff.h"
+#include "proxy-agent/server_connector.h"
 
 namespace konn::agent {
 namespace {
@@ -273,13 +272,8 @@ bool ServerSet::prepare_attempt(StreamConfig* config) {
 
   // Read at every connect, so rotated certificates are picked up.
   try {
-    core::tls::ClientTlsConfig tls;
-    if (!options_.ca_cert.empty()) tls.ca_pem = core::tls::read_pem(options_.ca_cert);
-    if (!options_.agent_cert.empty() && !options_.agent_key.empty()) {
-      tls.cert_pem = core::tls::read_pem(options_.agent_cert);
-      tls.key_pem = core::tls::read_pem(options_.agent_key);
-    }
-    config->tls = core::tls::make_client_context(tls);
+    config->tls =
+        make_server_client_context(options_.ca_cert, options_.agent_cert, options_.agent_key);
   } catch (const std::exception& e) {
     KONN_LOG((&logger()), warn, "TLS credentials: {}", e.what());
     return false;
@@ -353,9 +347,9 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     case Outcome::Failed:
       stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
       if (proxy) {
-        auto failure = reactor->proxy_failure().value_or(explain_proxy_failure(
-            *proxy, attempt->why,
-            core::config::format_go_duration(options_.server_connect_timeout)));
+        // The connector classifies every failure through a proxy; one past the connection (the
+        // server's answer) is Other.
+        auto failure = reactor->proxy_failure().value_or(ProxyFailure{ProxyFailure::Other, {}});
         stats_->egress_proxy_failures[failure.reason].fetch_add(1, std::memory_order_relaxed);
         KONN_LOG((&logger()), warn,
                  "cannot connect to proxy-server {} through HTTP proxy {} (from {}): {}{}",

@@ -6,13 +6,10 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/post.hpp>
-#include <asio/ssl/stream.hpp>
 
-#include "core/h2/transport.h"
 #include "core/log/log_macros.h"
-#include "core/net/dialer.h"
-#include "core/tls/tls_context.h"
 #include "core/tunnel/packet.h"
+#include "proxy-agent/server_connector.h"
 
 namespace konn::agent {
 namespace {
@@ -117,19 +114,18 @@ void ServerStreamReactor::start() {
 
 core::io::Awaitable<void> ServerStreamReactor::connect_and_call() {
   auto self = self_ptr();
-  std::string error;
-  std::unique_ptr<h2::Transport> transport;
-  auto dialed = co_await core::net::dial_tcp(streams_.get_executor(), config_.target,
-                                             config_.connect_timeout);
-  if (dialed.ec) {
-    error = dialed.error_text;
-  } else {
-    asio::ssl::stream<asio::ip::tcp::socket> tls(std::move(dialed.socket), *config_.tls);
-    if (!core::tls::prepare_client(tls.native_handle(), config_.host, true)) {
-      error = "TLS: cannot verify the name " + config_.host;
-    } else {
-      transport = std::make_unique<h2::TcpTlsTransport>(std::move(tls));
-    }
+  ServerConnectTarget target;
+  target.host = config_.host;
+  target.port = config_.port;
+  target.proxy = config_.proxy;
+  target.tls = config_.tls;
+  target.timeout = config_.connect_timeout;
+  ServerConnectResult connected = co_await connect_server(streams_.get_executor(), target);
+  std::string error = std::move(connected.error);
+  std::unique_ptr<h2::Transport> transport = std::move(connected.transport);
+  if (connected.proxy_failure) {
+    std::lock_guard lock(mu_);
+    proxy_failure_ = std::move(connected.proxy_failure);
   }
   if (transport && !cancel_asked_ && !finish_issued_) {
     h2::ConnectionOptions options;
@@ -225,8 +221,9 @@ void ServerStreamReactor::cancel_stream() {
   // A paused stream would hold its end until resumed: what is still to come is dropped instead.
   discarding_ = true;
   held_.reset();
-  stream_->cancel();
-  stream_->resume_reading();
+  auto stream = stream_;  // the end may come inside cancel(), and OnDone release stream_
+  stream->cancel();
+  if (!stream_over_) stream->resume_reading();
 }
 
 void ServerStreamReactor::on_message(std::string&& message) {
@@ -374,7 +371,8 @@ void ServerStreamReactor::write_packet(const Packet* p) {
   std::string bytes;
   p->SerializeToString(&bytes);
   write_outstanding_ = true;
-  if (!stream_->send_message(bytes)) {
+  auto stream = stream_;  // its end may come inside, and OnDone release stream_
+  if (!stream->send_message(bytes)) {
     write_outstanding_ = false;
     handle_write_done(false);
   }
@@ -397,12 +395,16 @@ void ServerStreamReactor::start_read_op(Packet* p) {
         held_.reset();
         on_message(std::move(m));
         if (!held_ && read_target_ != nullptr && stream_ && !stream_over_) {
-          stream_->resume_reading();
+          auto stream = stream_;  // its end may come inside, and OnDone release stream_
+          stream->resume_reading();
         }
       });
       return;
     }
-    if (stream_->reading_paused()) stream_->resume_reading();
+    if (stream_->reading_paused()) {
+      auto stream = stream_;  // its end may come inside, and OnDone release stream_
+      stream->resume_reading();
+    }
   });
 }
 
@@ -411,7 +413,10 @@ void ServerStreamReactor::start_finish_op(const grpc::Status&) {
   // comes once the stream has ended too.
   on_streams_thread([this] {
     finish_issued_ = true;
-    if (stream_ && !stream_over_) stream_->half_close();
+    if (stream_ && !stream_over_) {
+      auto stream = stream_;  // its end may come inside, and OnDone release stream_
+      stream->half_close();
+    }
     settle();
   });
 }
