@@ -191,13 +191,20 @@ std::optional<std::string> find_metadata(const Metadata& md, std::string_view ke
 size_t Stream::buffered_bytes() const { return inbox_bytes_ + decoder_.partial_bytes(); }
 
 bool Stream::send_message(std::string_view payload) {
-  if (ended_ || conn_ == nullptr || conn_->closed() || local_end_ || trailers_only_) return false;
-  if (payload.size() > conn_->options().max_message_bytes) return false;
-  auto prefix = grpc_prefix(payload.size());
   std::string framed;
-  framed.reserve(prefix.size() + payload.size());
-  framed.append(prefix.data(), prefix.size());
+  framed.reserve(kGrpcPrefixBytes + payload.size());
+  framed.append(kGrpcPrefixBytes, '\0');
   framed.append(payload);
+  return send_framed(std::move(framed));
+}
+
+bool Stream::send_framed(std::string&& framed) {
+  if (ended_ || conn_ == nullptr || conn_->closed() || local_end_ || trailers_only_) return false;
+  if (framed.size() < kGrpcPrefixBytes) return false;
+  const size_t payload = framed.size() - kGrpcPrefixBytes;
+  if (payload > conn_->options().max_message_bytes) return false;
+  auto prefix = grpc_prefix(payload);
+  framed.replace(0, prefix.size(), prefix.data(), prefix.size());
   queued_bytes_ += framed.size();
   outbox_.push_back(std::move(framed));
   if (conn_->role() == Connection::Role::Server && !headers_sent_) {

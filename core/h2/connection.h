@@ -71,6 +71,9 @@ class Stream {
   int32_t id() const { return id_; }
   // Queues one message (framed with grpc_prefix); false when the stream can no longer send.
   bool send_message(std::string_view payload);
+  // The same for a payload already placed after kGrpcPrefixBytes bytes of `framed` (whatever they
+  // hold is overwritten with the prefix): the payload is not copied again.
+  bool send_framed(std::string&& framed);
   // Server role: sends the response headers now with `md` (otherwise they go with the first
   // message or finish()).
   void send_headers(const Metadata& md);
