@@ -314,7 +314,9 @@ std::string ServerStreamReactor::log_prefix() const {
 void ServerStreamReactor::OnDone(const grpc::Status& status) {
   mark_done();
   if (conn_) {
-    // GOAWAY, then the connection closes (its stream has ended). It lives on in its handlers.
+    // GOAWAY, then the connection closes (its stream has ended). It lives on in its handlers,
+    // which must not reach this reactor any more.
+    conn_->set_on_close(nullptr);
     conn_->shutdown();
     conn_.reset();
   }

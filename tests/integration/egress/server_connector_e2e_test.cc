@@ -41,7 +41,9 @@ ServerConnectTarget target(uint16_t port, const std::string& proxy_url = "") {
 }
 
 ServerConnectResult connect(ServerConnectTarget t) {
-  asio::io_context io;
+  // Outlives every result: a transport's socket and timers belong to it.
+  static asio::io_context io;
+  io.restart();
   std::optional<ServerConnectResult> result;
   asio::co_spawn(io, konn::agent::connect_server(io.get_executor(), std::move(t)),
                  [&](std::exception_ptr e, ServerConnectResult r) {
