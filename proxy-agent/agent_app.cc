@@ -1,7 +1,5 @@
 #include "proxy-agent/agent_app.h"
 
-#include <pthread.h>
-
 #include <asio/steady_timer.hpp>
 
 #include "core/io/allocator.h"
@@ -25,10 +23,8 @@ constexpr std::chrono::seconds kAbortStopWait{2};
 
 AgentApp::AgentApp(const AgentOptions& options)
     : options_(options),
-      streams_guard_(streams_.get_executor()),
       guard_(control_.get_executor()),
-      servers_(
-          std::make_shared<ServerSet>(options_, pool_, control_, streams_, stats_, node_stats_)) {}
+      servers_(std::make_shared<ServerSet>(options_, pool_, control_, stats_, node_stats_)) {}
 
 AgentApp::~AgentApp() { stop(); }
 
@@ -54,10 +50,6 @@ void AgentApp::start() {
   pool_.start();
   core::io::start_memory_trimmer(control_);
   control_thread_ = std::thread([this] { control_.run(); });
-  streams_thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "agent-streams");
-    streams_.run();
-  });
   servers_->start();
   if (leases_) leases_->start();
   if (!options_.node_to_control_plane_listen.empty()) {
@@ -154,10 +146,6 @@ void AgentApp::stop(bool graceful) {
     if (!done && graceful) done = servers_->stop(true, kAbortStopWait);
     if (!done) KONN_LOG((&logger()), warn, "some server streams did not finish in time");
   }
-  // The connections end with their io_context: whatever is left is destroyed with it.
-  streams_guard_.reset();
-  streams_.stop();
-  if (streams_thread_.joinable()) streams_thread_.join();
   if (health_) health_->stop();
   if (admin_) admin_->stop();
   guard_.reset();

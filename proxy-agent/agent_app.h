@@ -21,9 +21,10 @@
 namespace konn::agent {
 
 // The proxy-agent process, wired: an Asio WorkerPool for endpoint sockets, one control
-// io_context (its own thread) for the connect/probe loops, signals and the drain watch, one
-// streams io_context (its own thread) for the HTTP/2 connections to the servers, and the
-// ServerSet holding the streams. Tests run it in process with start()/stop(); main() calls run().
+// io_context (its own thread) for the connect/probe loops, signals and the drain watch, and the
+// ServerSet holding the streams, whose HTTP/2 connections live on the pool's workers with the
+// endpoint sockets of their tunnels. Tests run it in process with start()/stop(); main() calls
+// run().
 class AgentApp {
  public:
   // `options` must be validated.
@@ -68,10 +69,6 @@ class AgentApp {
   std::shared_ptr<AgentStats> stats_ = std::make_shared<AgentStats>();
   std::shared_ptr<AgentStats> node_stats_ = std::make_shared<AgentStats>();
   core::io::WorkerPool pool_;
-  // The servers' HTTP/2 connections and their streams' reactions (thread `agent-streams`).
-  asio::io_context streams_{1};
-  asio::executor_work_guard<asio::io_context::executor_type> streams_guard_;
-  std::thread streams_thread_;
   asio::io_context control_{1};
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::thread control_thread_;

@@ -47,12 +47,10 @@ struct ServerSet::Attempt {
 };
 
 ServerSet::ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
-                     asio::io_context& streams, std::shared_ptr<AgentStats> stats,
-                     std::shared_ptr<AgentStats> node_stats)
+                     std::shared_ptr<AgentStats> stats, std::shared_ptr<AgentStats> node_stats)
     : options_(options),
       pool_(pool),
       ctx_(ctx),
-      streams_ctx_(streams),
       stats_(std::move(stats)),
       node_stats_(std::move(node_stats)),
       egress_(options.egress_proxy()) {
@@ -292,12 +290,12 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
   }
   const std::optional<EgressProxy> proxy = config.proxy;
   auto attempt = std::make_shared<Attempt>(ctx_);
-  // The callbacks run on the streams thread and may outlive this attempt: they hold weak references
-  // only, so nothing with an Asio timer is ever destroyed there.
+  // The callbacks run on the stream's home worker and may outlive this attempt: they hold weak
+  // references only, so nothing with an Asio timer is ever destroyed there.
   std::weak_ptr<ServerSet> weak = weak_from_this();
   std::weak_ptr<Attempt> weak_attempt = attempt;
   auto reactor = ServerStreamReactor::create(
-      streams_ctx_, std::move(config), pool_, stats_,
+      pool_.place(), std::move(config), pool_, stats_,
       [weak, weak_attempt](const std::shared_ptr<ServerStreamReactor>& r, const Handshake& h) {
         auto set = weak.lock();
         return set && set->on_handshake(r, h, weak_attempt);

@@ -34,16 +34,14 @@ namespace konn::agent {
 // otherwise the servercount; never below 1. Until a first lease list succeeded, the servercount.
 //
 // Lock: mu_ guards streams_, server_count_, lease_count_, draining_/stopping_ and live_; taken from
-// the streams thread (handshake, stream end) and from the loops; never held while calling a
+// a stream's home worker (handshake, stream end) and from the loops; never held while calling a
 // reactor.
 class ServerSet : public std::enable_shared_from_this<ServerSet> {
  public:
-  // The streams' connections run on `streams` (one thread); it must outlive every stream.
   // `node_stats` counts the node-to-control-plane connections (with
   // --node-to-control-plane-listen; may be null otherwise).
   ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, asio::io_context& ctx,
-            asio::io_context& streams, std::shared_ptr<AgentStats> stats,
-            std::shared_ptr<AgentStats> node_stats = nullptr);
+            std::shared_ptr<AgentStats> stats, std::shared_ptr<AgentStats> node_stats = nullptr);
   ~ServerSet();
   ServerSet(const ServerSet&) = delete;
   ServerSet& operator=(const ServerSet&) = delete;
@@ -89,7 +87,7 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   bool want_more() const;
   // The wanted server count (server_count()); mu_ held.
   int64_t target_count_locked() const;
-  // Called from the reactor's reactions (the streams thread).
+  // Called from the reactor's reactions (a stream's home worker).
   bool on_handshake(const std::shared_ptr<ServerStreamReactor>& s, const Handshake& h,
                     const std::weak_ptr<Attempt>& attempt);
   // Completes an attempt on ctx (any thread).
@@ -101,7 +99,6 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   const AgentOptions& options_;
   core::io::WorkerPool& pool_;
   asio::io_context& ctx_;
-  asio::io_context& streams_ctx_;
   std::shared_ptr<AgentStats> stats_;
   std::shared_ptr<AgentStats> node_stats_;
   std::shared_ptr<const core::net::DestinationPolicy> destinations_;  // --allowed-destinations

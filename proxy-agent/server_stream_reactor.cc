@@ -67,17 +67,20 @@ Handshake check_headers(const h2::Metadata& md) {
 }  // namespace
 
 std::shared_ptr<ServerStreamReactor> ServerStreamReactor::create(
-    asio::io_context& streams, StreamConfig config, core::io::WorkerPool& pool,
+    core::io::WorkerPool::Placement home, StreamConfig config, core::io::WorkerPool& pool,
     std::shared_ptr<AgentStats> stats, HandshakeCallback on_handshake, EndCallback on_end) {
-  return std::make_shared<ServerStreamReactor>(streams, std::move(config), pool, std::move(stats),
-                                               std::move(on_handshake), std::move(on_end));
+  return std::make_shared<ServerStreamReactor>(std::move(home), std::move(config), pool,
+                                               std::move(stats), std::move(on_handshake),
+                                               std::move(on_end));
 }
 
-ServerStreamReactor::ServerStreamReactor(asio::io_context& streams, StreamConfig config,
+ServerStreamReactor::ServerStreamReactor(core::io::WorkerPool::Placement home, StreamConfig config,
                                          core::io::WorkerPool& pool,
                                          std::shared_ptr<AgentStats> stats,
                                          HandshakeCallback on_handshake, EndCallback on_end)
-    : streams_(streams),
+    : home_(home.ctx),
+      home_index_(home.index),
+      lease_(std::move(home.lease)),
       config_(std::move(config)),
       pool_(pool),
       stats_(std::move(stats)),
@@ -91,13 +94,13 @@ std::shared_ptr<ServerStreamReactor> ServerStreamReactor::self_ptr() {
 }
 
 template <typename Fn>
-void ServerStreamReactor::on_streams_thread(Fn&& fn) {
-  if (streams_.get_executor().running_in_this_thread()) {
+void ServerStreamReactor::on_home_thread(Fn&& fn) {
+  if (home_.get_executor().running_in_this_thread()) {
     auto self = self_ptr();  // fn may end the call, and its owner drop the reactor
     fn();
     return;
   }
-  asio::post(streams_, [self = self_ptr(), fn = std::forward<Fn>(fn)]() mutable {
+  asio::post(home_, [self = self_ptr(), fn = std::forward<Fn>(fn)]() mutable {
     (void)self;
     fn();
   });
@@ -109,7 +112,7 @@ void ServerStreamReactor::start() {
     self_ = self_ptr();
     started_ = std::chrono::steady_clock::now();
   }
-  asio::co_spawn(streams_, connect_and_call(), asio::detached);
+  asio::co_spawn(home_, connect_and_call(), asio::detached);
 }
 
 core::io::Awaitable<void> ServerStreamReactor::connect_and_call() {
@@ -120,14 +123,16 @@ core::io::Awaitable<void> ServerStreamReactor::connect_and_call() {
   target.proxy = config_.proxy;
   target.tls = config_.tls;
   target.timeout = config_.connect_timeout;
-  ServerConnectResult connected = co_await connect_server(streams_.get_executor(), target);
+  ServerConnectResult connected = co_await connect_server(home_.get_executor(), target);
   std::string error = std::move(connected.error);
   std::unique_ptr<h2::Transport> transport = std::move(connected.transport);
   if (connected.proxy_failure) {
     std::lock_guard lock(mu_);
     proxy_failure_ = std::move(connected.proxy_failure);
   }
-  if (transport && !cancel_asked_ && !finish_issued_) {
+  // Ended while connecting (cancelled, or the agent stopping): nothing to start.
+  if (stream_over_) co_return;
+  if (transport) {
     h2::ConnectionOptions options;
     options.authority = config_.target;
     options.scheme = "https";
@@ -165,8 +170,6 @@ core::io::Awaitable<void> ServerStreamReactor::connect_and_call() {
       co_return;
     }
     error = "the connection closed before the call started";
-  } else if (transport) {
-    error = "closed while connecting";
   }
   // No stream: the call is over before it began.
   {
@@ -236,8 +239,8 @@ void ServerStreamReactor::on_message(std::string&& message) {
   }
   if (!read_target_->ParseFromString(message)) {
     KONN_LOG((&logger()), warn,
-             "{}a message from the server is not a Packet ({} bytes); ending "
-             "the stream",
+             "{}a message from the server is not a Packet ({} bytes); "
+             "ending the stream",
              log_prefix(), message.size());
     parse_failed_ = true;
     cancel_stream();
@@ -358,7 +361,7 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
 }
 
 void ServerStreamReactor::start_write_op(const Packet* p, grpc::WriteOptions) {
-  on_streams_thread([this, p] {
+  on_home_thread([this, p] {
     if (stream_over_) {
       handle_write_done(false);
     } else if (!stream_) {
@@ -386,7 +389,7 @@ void ServerStreamReactor::write_packet(const Packet* p) {
 }
 
 void ServerStreamReactor::start_read_op(Packet* p) {
-  on_streams_thread([this, p] {
+  on_home_thread([this, p] {
     if (stream_over_) {
       handle_read_done(false);
       return;
@@ -395,7 +398,7 @@ void ServerStreamReactor::start_read_op(Packet* p) {
     if (held_) {
       // Delivered from the loop, not from inside this call: the read that follows it starts
       // from the delivery, and must not nest in this one.
-      asio::post(streams_, [this, self = self_ptr()] {
+      asio::post(home_, [this, self = self_ptr()] {
         if (!held_ || read_target_ == nullptr || stream_over_) return;
         std::string m = std::move(*held_);
         held_.reset();
@@ -417,8 +420,11 @@ void ServerStreamReactor::start_read_op(Packet* p) {
 void ServerStreamReactor::start_finish_op(const grpc::Status&) {
   // A client has no finish of its own: half-close our side so the server ends the call. OnDone
   // comes once the stream has ended too.
-  on_streams_thread([this] {
-    finish_issued_ = true;
+  on_home_thread([this] {
+    // Still connecting: the call ends now, and the connection is dropped once it comes.
+    if (!stream_ && !stream_over_) {
+      on_stream_end(h2::GrpcStatus{h2::grpc_code::kCancelled, "closed while connecting"});
+    }
     if (stream_ && !stream_over_) {
       auto stream = stream_;  // its end may come inside, and OnDone release stream_
       stream->half_close();
@@ -429,8 +435,12 @@ void ServerStreamReactor::start_finish_op(const grpc::Status&) {
 
 void ServerStreamReactor::cancel_op(const grpc::Status&) {
   cancelled_by_us_ = true;
-  on_streams_thread([this] {
-    if (!stream_) cancel_asked_ = true;
+  on_home_thread([this] {
+    if (!stream_ && !stream_over_) {
+      // Still connecting: the call ends now, and the connection is dropped once it comes.
+      on_stream_end(h2::GrpcStatus{h2::grpc_code::kCancelled, "cancelled while connecting"});
+      return;
+    }
     cancel_stream();
   });
 }
@@ -445,7 +455,7 @@ void ServerStreamReactor::on_write_failed(const Packet& p) {
            tunnel::describe(p));
   // The stream is broken for us: end it, so the agent reconnects. Not our own close: OnDone
   // still counts the stream error.
-  on_streams_thread([this] { cancel_stream(); });
+  on_home_thread([this] { cancel_stream(); });
 }
 
 void ServerStreamReactor::on_read_end() {
@@ -471,7 +481,7 @@ bool ServerStreamReactor::cancel_if_end_overdue(std::chrono::steady_clock::durat
            "{}our read side ended but the server has not ended the stream; cancelling it",
            log_prefix());
   // Not our own close: OnDone counts it as a stream error (the server broke the stream).
-  on_streams_thread([this] { cancel_stream(); });
+  on_home_thread([this] { cancel_stream(); });
   return true;
 }
 
@@ -608,7 +618,8 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
   }
   settings.half_close = req.konnhalfclose();
   int64_t id = table_->allocate_connect_id();
-  auto place = pool_.place();
+  // On the stream's own worker: packets between the two are passed on one thread, with no post.
+  auto place = pool_.place_at(home_index_);
   auto conn =
       std::make_shared<EndpointConnection>(place.ctx, shared_from_this(), table_, id, random,
                                            server_id, settings, stats_, std::move(place.lease));

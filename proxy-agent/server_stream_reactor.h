@@ -66,33 +66,36 @@ struct Handshake {
 // once (WriteRole) or posts to the connection's io_context: a reaction never waits on a socket
 // (no head-of-line blocking).
 //
-// Threads: the connection lives on the agent's streams io_context, which one thread runs. Its
-// reads go straight into nghttp2 and each packet's reaction runs inline there; what the endpoint
-// connections send from the worker threads is posted to it (PacketStream's write, read, finish
-// and cancel operations all run on that thread). PacketStream keeps its contract: at most one
-// read and one write outstanding, and OnDone once the call's status is known, the connection is
-// done with the stream and the finish operation (our half-close) was issued.
+// Threads: the connection lives on one worker of the agent's pool (its home), and so do the
+// endpoint connections of its tunnels. That thread reads the connection's bytes into nghttp2,
+// runs each packet's reaction inline, and writes what the stream queued; an endpoint's packets
+// for the server are handed to the stream on the same thread, with no post. Only what comes from
+// elsewhere (node-to-control-plane connections, ServerSet's calls) is posted to the home worker:
+// PacketStream's write, read, finish and cancel operations all run there. PacketStream keeps its
+// contract: at most one read and one write outstanding, and OnDone once the call's status is
+// known, the connection is done with the stream and the finish operation (our half-close) was
+// issued.
 //
 // Lifetime: create() returns a shared_ptr; the reactor also holds itself until OnDone. Owners
 // (ServerSet) keep shared_ptrs.
 class ServerStreamReactor : public core::tunnel::PacketStream {
  public:
-  // Runs on the streams thread once the headers were checked. Returns true to keep the stream
+  // Runs on the home thread once the headers were checked. Returns true to keep the stream
   // (reads start), false to drop it (e.g. a duplicate server id).
   using HandshakeCallback =
       std::function<bool(const std::shared_ptr<ServerStreamReactor>&, const Handshake&)>;
   // Runs once, as the last act of OnDone: the call is over and no callback of it will run
   // again. `handshake_failed` is true when the stream was never kept (no connection, bad
   // headers, a failed call, or dropped by HandshakeCallback); `why` says what happened. It
-  // receives the reactor's own reference; it runs on the streams thread.
+  // receives the reactor's own reference; it runs on the home thread.
   using EndCallback = std::function<void(std::shared_ptr<ServerStreamReactor> self,
                                          bool handshake_failed, const std::string& why)>;
 
-  static std::shared_ptr<ServerStreamReactor> create(asio::io_context& streams, StreamConfig config,
-                                                     core::io::WorkerPool& pool,
-                                                     std::shared_ptr<AgentStats> stats,
-                                                     HandshakeCallback on_handshake,
-                                                     EndCallback on_end);
+  // The connection lives on `home`'s worker (its lease covers the connection's socket), and so do
+  // the endpoint connections of this stream.
+  static std::shared_ptr<ServerStreamReactor> create(
+      core::io::WorkerPool::Placement home, StreamConfig config, core::io::WorkerPool& pool,
+      std::shared_ptr<AgentStats> stats, HandshakeCallback on_handshake, EndCallback on_end);
   ~ServerStreamReactor() override;
 
   // Connects and starts the call. Once.
@@ -130,14 +133,14 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   bool cancel_if_end_overdue(std::chrono::steady_clock::duration grace);
 
   // Public only for make_shared; use create().
-  ServerStreamReactor(asio::io_context& streams, StreamConfig config, core::io::WorkerPool& pool,
-                      std::shared_ptr<AgentStats> stats, HandshakeCallback on_handshake,
-                      EndCallback on_end);
+  ServerStreamReactor(core::io::WorkerPool::Placement home, StreamConfig config,
+                      core::io::WorkerPool& pool, std::shared_ptr<AgentStats> stats,
+                      HandshakeCallback on_handshake, EndCallback on_end);
 
  protected:
   // PacketStream.
   void start_write_op(const Packet* p, grpc::WriteOptions opts) override;
-  // The write of `p` on the streams thread, once the stream exists.
+  // The write of `p` on the home thread, once the stream exists.
   void write_packet(const Packet* p);
   void start_read_op(Packet* p) override;
   void start_finish_op(const grpc::Status& status) override;
@@ -149,15 +152,15 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
 
  private:
   core::io::Awaitable<void> connect_and_call();
-  // h2 stream callbacks (streams thread).
+  // h2 stream callbacks (home thread).
   void on_response_headers(const core::h2::Metadata& md);
   void on_message(std::string&& message);
   void on_stream_end(const core::h2::GrpcStatus& status);
   // Resets the stream (RST_STREAM CANCEL); its end follows.
   void cancel_stream();
-  // Runs `fn` on the streams thread: at once when called there, else posted.
+  // Runs `fn` on the home worker's thread: at once when called there, else posted.
   template <typename Fn>
-  void on_streams_thread(Fn&& fn);
+  void on_home_thread(Fn&& fn);
   // One of the two holds on OnDone (the stream's end, the finish operation) is released.
   void settle();
   void OnDone(const grpc::Status& status);
@@ -170,19 +173,19 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   void end(const std::string& why);
   std::string log_prefix() const;
 
-  asio::io_context& streams_;
-  // Streams thread only.
+  asio::io_context& home_;  // the worker that owns the connection and the endpoint sockets
+  size_t home_index_;
+  core::io::DescriptorReserve::Lease lease_;
+  // Home thread only.
   std::shared_ptr<core::h2::Connection> conn_;
   std::shared_ptr<core::h2::Stream> stream_;
   Packet* read_target_ = nullptr;    // the outstanding read's packet
   std::optional<std::string> held_;  // a message that came while no read was outstanding
   bool write_outstanding_ = false;   // a packet handed to the stream, not yet taken by HTTP/2
   bool stream_over_ = false;         // the stream ended (or never started)
-  bool cancel_asked_ = false;        // cancelled before the stream existed
   int holds_ = 2;                    // the stream's end and the finish operation
-  bool finish_issued_ = false;
-  bool discarding_ = false;    // cancelled: messages still delivered are dropped
-  bool parse_failed_ = false;  // a message that is no Packet: the call fails INTERNAL
+  bool discarding_ = false;          // cancelled: messages still delivered are dropped
+  bool parse_failed_ = false;        // a message that is no Packet: the call fails INTERNAL
   bool headers_seen_ = false;
   const Packet* deferred_write_ = nullptr;  // a write asked for before the stream existed
   grpc::Status final_status_;

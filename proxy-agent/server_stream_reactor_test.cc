@@ -716,6 +716,29 @@ TEST_CASE("the agent comes back after a server restart", "[agent][set]") {
   app.stop();
 }
 
+// reliability: proxy-agent | stopped while an attempt waits for a server that accepted TCP and
+// reliability+: says nothing | the attempt is dropped at once, stop() returns | none | agent exits
+TEST_CASE("stopping while a connection attempt hangs in the TLS handshake returns at once",
+          "[agent][set]") {
+  // Accepts and never answers: the attempt waits in its TLS handshake for
+  // --server-connect-timeout (20 s here).
+  asio::io_context io;
+  asio::ip::tcp::acceptor silent(io, {asio::ip::make_address("127.0.0.1"), 0});
+  auto options = agent_options(silent.local_endpoint().port());
+  options.server_connect_timeout = seconds(20);
+  for (bool graceful : {false, true}) {
+    INFO("graceful " << graceful);
+    AgentApp app(options);
+    app.start();
+    asio::ip::tcp::socket held(io);
+    silent.accept(held);  // the attempt is under way
+    auto before = std::chrono::steady_clock::now();
+    app.stop(graceful);
+    CHECK(std::chrono::steady_clock::now() - before < seconds(1));
+    CHECK(app.servers().connected() == 0);
+  }
+}
+
 TEST_CASE("drain sends DRAIN and finishes once tunnels are gone", "[agent][set]") {
   FakeProxyServer server({});
   Endpoint echo;

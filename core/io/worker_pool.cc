@@ -43,7 +43,12 @@ asio::io_context& WorkerPool::next() {
 
 WorkerPool::Placement WorkerPool::place(size_t sockets) {
   size_t i = next_.fetch_add(1, std::memory_order_relaxed) % contexts_.size();
-  return Placement{*contexts_[i], reserves_[i]->take(sockets)};
+  return place_at(i, sockets);
+}
+
+WorkerPool::Placement WorkerPool::place_at(size_t index, size_t sockets) {
+  size_t i = index % contexts_.size();
+  return Placement{*contexts_[i], reserves_[i]->take(sockets), i};
 }
 
 }  // namespace konn::core::io

@@ -36,8 +36,12 @@ class WorkerPool {
   struct Placement {
     asio::io_context& ctx;
     DescriptorReserve::Lease lease;
+    size_t index = 0;  // of ctx in the pool (place_at)
   };
   Placement place(size_t sockets = 1);
+  // A lease on context `index` (a Placement's): for a connection that must live with another,
+  // on the same thread.
+  Placement place_at(size_t index, size_t sockets = 1);
   DescriptorReserve& reserve(size_t i) { return *reserves_[i]; }
   asio::io_context& at(size_t i) { return *contexts_[i]; }
   size_t size() const { return contexts_.size(); }

@@ -41,6 +41,20 @@ TEST_CASE("worker pool runs each context on its own thread, round robin", "[io]"
   pool.stop();  // idempotent
 }
 
+TEST_CASE("worker pool places a connection beside another on the same context", "[io]") {
+  konn::core::io::WorkerPool pool(3);
+  auto first = pool.place();
+  auto second = pool.place();
+  CHECK(first.index != second.index);
+  for (int i = 0; i < 4; ++i) {
+    auto beside = pool.place_at(second.index, 2);
+    CHECK(&beside.ctx == &second.ctx);
+    CHECK(beside.index == second.index);
+    CHECK(&pool.at(beside.index) == &second.ctx);
+  }
+  CHECK(&pool.place_at(second.index + 3).ctx == &second.ctx);  // taken modulo the size
+}
+
 TEST_CASE("worker pool contexts hold their descriptors from the start", "[io]") {
   // Without priming, a context's reactor (epoll, eventfd, timerfd) appears on its first timer or
   // socket, and an idle daemon's descriptor count after traffic differs from its count at start.
