@@ -27,9 +27,6 @@ spdlog::logger& logger() {
 constexpr std::chrono::seconds kHandshakeTimeout{30};
 // Go servers answer faster keepalive pings with GOAWAY (enforcement MinTime 30 s).
 constexpr std::chrono::seconds kMinKeepalive{30};
-// After our read side ended (we half-closed), the server has this many probe intervals (5 s by
-// default) to end the stream before the probe cancels it: a server answers a half-close at once.
-constexpr int kEndGraceProbes = 5;
 
 std::string join_host_port(const std::string& host, int port) {
   bool v6 = host.find(':') != std::string::npos && host.front() != '[';
@@ -202,7 +199,6 @@ core::io::Awaitable<void> ServerSet::probe_loop() {
       for (auto& [id, s] : streams_) streams.push_back(s);
     }
     for (auto& s : streams) {
-      if (s->cancel_if_end_overdue(kEndGraceProbes * options_.probe_interval)) continue;
       if (s->connection_lost()) {
         KONN_LOG((&logger()), warn, "server {} at {}: connection not ready, dropping it",
                  s->server_id(), s->target());

@@ -459,30 +459,8 @@ void ServerStreamReactor::on_write_failed(const Packet& p) {
 }
 
 void ServerStreamReactor::on_read_end() {
-  {
-    std::lock_guard lock(mu_);
-    read_ended_at_ = std::chrono::steady_clock::now();
-  }
   end("read side ended");
   close(grpc::Status::OK);
-}
-
-bool ServerStreamReactor::cancel_if_end_overdue(std::chrono::steady_clock::duration grace) {
-  if (done()) return false;
-  {
-    std::lock_guard lock(mu_);
-    if (overdue_cancelled_ || read_ended_at_ == std::chrono::steady_clock::time_point{} ||
-        std::chrono::steady_clock::now() - read_ended_at_ < grace) {
-      return false;
-    }
-    overdue_cancelled_ = true;
-  }
-  KONN_LOG((&logger()), warn,
-           "{}our read side ended but the server has not ended the stream; cancelling it",
-           log_prefix());
-  // Not our own close: OnDone counts it as a stream error (the server broke the stream).
-  on_home_thread([this] { cancel_stream(); });
-  return true;
 }
 
 void ServerStreamReactor::end(const std::string& why) {

@@ -125,12 +125,6 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   void open_node_tunnel(asio::ip::tcp::socket socket, const std::string& destination,
                         asio::io_context& ctx, core::io::DescriptorReserve::Lease lease);
   const std::string& target() const { return config_.target; }
-  // Cancels the call when its read side ended more than `grace` ago and the server has still not
-  // ended it (OnDone has not come), e.g. after a packet we could not parse, from a server that
-  // ignores our half-close. Without this the stream would stay in the server set for ever and the
-  // agent would never reconnect. (A failed write cancels the stream at once: on_write_failed.)
-  // Returns true when it cancelled, once.
-  bool cancel_if_end_overdue(std::chrono::steady_clock::duration grace);
 
   // Public only for make_shared; use create().
   ServerStreamReactor(core::io::WorkerPool::Placement home, StreamConfig config,
@@ -210,8 +204,6 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   std::string handshake_error_;
   std::optional<ProxyFailure> proxy_failure_;
   std::chrono::steady_clock::time_point started_;
-  std::chrono::steady_clock::time_point read_ended_at_;  // zero until on_read_end
-  bool overdue_cancelled_ = false;
 
   // Stream errors (stream_errors_total), reported from OnDone once the status is known.
   std::atomic<bool> cancelled_by_us_{false};  // our own close(abort): not a stream error
