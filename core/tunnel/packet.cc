@@ -1,52 +1,42 @@
 #include "core/tunnel/packet.h"
 
 #include <iterator>
+#include <utility>
 
 namespace konn::core::tunnel {
 
 bool is_node_type(int type) { return type >= KONN_NODE_DIAL_REQ && type <= KONN_NODE_CLOSE_WRITE; }
 
+namespace {
+
+// Each forward type and its node twin, one table for both directions. Both closes travel as
+// KONN_NODE_CLOSE, which comes back as CLOSE_RSP (the first match): the node tunnels have one
+// close packet, answered by nothing.
+constexpr std::pair<int, int> kNodeTwins[] = {
+    {DIAL_REQ, KONN_NODE_DIAL_REQ},
+    {DIAL_RSP, KONN_NODE_DIAL_RSP},
+    {CLOSE_RSP, KONN_NODE_CLOSE},
+    {CLOSE_REQ, KONN_NODE_CLOSE},
+    {DATA, KONN_NODE_DATA},
+    {DIAL_CLS, KONN_NODE_DIAL_CLS},
+    {KONN_WINDOW_UPDATE, KONN_NODE_WINDOW_UPDATE},
+    {KONN_CLOSE_WRITE, KONN_NODE_CLOSE_WRITE},
+};
+
+}  // namespace
+
 int to_node_type(int type) {
-  switch (type) {
-    case DIAL_REQ:
-      return KONN_NODE_DIAL_REQ;
-    case DIAL_RSP:
-      return KONN_NODE_DIAL_RSP;
-    case CLOSE_REQ:
-    case CLOSE_RSP:
-      return KONN_NODE_CLOSE;
-    case DATA:
-      return KONN_NODE_DATA;
-    case DIAL_CLS:
-      return KONN_NODE_DIAL_CLS;
-    case KONN_WINDOW_UPDATE:
-      return KONN_NODE_WINDOW_UPDATE;
-    case KONN_CLOSE_WRITE:
-      return KONN_NODE_CLOSE_WRITE;
-    default:
-      return type;
+  for (const auto& [forward, node] : kNodeTwins) {
+    if (forward == type) return node;
   }
+  return type;
 }
 
 int from_node_type(int type) {
-  switch (type) {
-    case KONN_NODE_DIAL_REQ:
-      return DIAL_REQ;
-    case KONN_NODE_DIAL_RSP:
-      return DIAL_RSP;
-    case KONN_NODE_CLOSE:
-      return CLOSE_RSP;
-    case KONN_NODE_DATA:
-      return DATA;
-    case KONN_NODE_DIAL_CLS:
-      return DIAL_CLS;
-    case KONN_NODE_WINDOW_UPDATE:
-      return KONN_WINDOW_UPDATE;
-    case KONN_NODE_CLOSE_WRITE:
-      return KONN_CLOSE_WRITE;
-    default:
-      return type;
+  for (const auto& [forward, node] : kNodeTwins) {
+    if (node == type) return forward;
   }
+  return type;
 }
 
 Packet as_node(Packet&& p) {
