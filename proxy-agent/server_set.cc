@@ -28,11 +28,6 @@ constexpr std::chrono::seconds kHandshakeTimeout{30};
 // Go servers answer faster keepalive pings with GOAWAY (enforcement MinTime 30 s).
 constexpr std::chrono::seconds kMinKeepalive{30};
 
-std::string join_host_port(const std::string& host, int port) {
-  bool v6 = host.find(':') != std::string::npos && host.front() != '[';
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
 }  // namespace
 
 struct ServerSet::Attempt {
@@ -211,16 +206,16 @@ core::io::Awaitable<void> ServerSet::probe_loop() {
 bool ServerSet::prepare_attempt(StreamConfig* config) {
   const std::string& host =
       options_.proxy_server_hosts[next_host_++ % options_.proxy_server_hosts.size()];
-  config->target = join_host_port(host, options_.proxy_server_port);
   std::string_view bare = host;
   if (bare.size() > 2 && bare.front() == '[' && bare.back() == ']') {
     bare = bare.substr(1, bare.size() - 2);
   }
-  config->host = std::string(bare);
-  config->port = options_.proxy_server_port;
-  config->proxy = egress_.proxy_for(bare, options_.proxy_server_port);
-  config->connect_timeout =
+  config->server.host = std::string(bare);
+  config->server.port = options_.proxy_server_port;
+  config->server.proxy = egress_.proxy_for(bare, options_.proxy_server_port);
+  config->server.timeout =
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.server_connect_timeout);
+  config->target = config->server.address();
   config->agent_id = options_.agent_id;
   config->agent_identifiers = options_.agent_identifiers;
   config->endpoint.dial_timeout =
@@ -266,7 +261,7 @@ bool ServerSet::prepare_attempt(StreamConfig* config) {
 
   // Read at every connect, so rotated certificates are picked up.
   try {
-    config->tls =
+    config->server.tls =
         make_server_client_context(options_.ca_cert, options_.agent_cert, options_.agent_key);
   } catch (const std::exception& e) {
     KONN_LOG((&logger()), warn, "TLS credentials: {}", e.what());
@@ -284,7 +279,7 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
     co_return Outcome::Failed;
   }
-  const std::optional<EgressProxy> proxy = config.proxy;
+  const std::optional<EgressProxy> proxy = config.server.proxy;
   auto attempt = std::make_shared<Attempt>(ctx_);
   // The callbacks run on the stream's home worker and may outlive this attempt: they hold weak
   // references only, so nothing with an Asio timer is ever destroyed there.

@@ -117,13 +117,7 @@ void ServerStreamReactor::start() {
 
 core::io::Awaitable<void> ServerStreamReactor::connect_and_call() {
   auto self = self_ptr();
-  ServerConnectTarget target;
-  target.host = config_.host;
-  target.port = config_.port;
-  target.proxy = config_.proxy;
-  target.tls = config_.tls;
-  target.timeout = config_.connect_timeout;
-  ServerConnectResult connected = co_await connect_server(home_.get_executor(), target);
+  ServerConnectResult connected = co_await connect_server(home_.get_executor(), config_.server);
   std::string error = std::move(connected.error);
   std::unique_ptr<h2::Transport> transport = std::move(connected.transport);
   if (connected.proxy_failure) {

@@ -9,7 +9,6 @@
 #include <string>
 
 #include <asio/io_context.hpp>
-#include <asio/ssl/context.hpp>
 
 #include "core/h2/connection.h"
 #include "core/io/asio_compat.h"
@@ -19,19 +18,15 @@
 #include "proxy-agent/connection_table.h"
 #include "proxy-agent/egress_proxy.h"
 #include "proxy-agent/endpoint_connection.h"
+#include "proxy-agent/server_connector.h"
 
 namespace konn::agent {
 
 // What one connection attempt sends and needs.
 struct StreamConfig {
-  std::string target;  // host:port of the proxy-server (IPv6 in brackets)
-  std::string host;    // its host: name or address, IPv6 without brackets
-  int port = 0;
-  // TLS client context (CA, client certificate); the server's name is verified against `host`.
-  std::shared_ptr<asio::ssl::context> tls;
-  std::optional<EgressProxy> proxy;  // CONNECT through this HTTP proxy first
-  // Bounds the TCP connect, the proxy's CONNECT and the TLS handshake together.
-  std::chrono::milliseconds connect_timeout{20000};
+  std::string target;  // host:port of the proxy-server (IPv6 in brackets): server.address()
+  // Where and how to connect: host, port, egress proxy, TLS context, --server-connect-timeout.
+  ServerConnectTarget server;
   // A PING every `keepalive` (0: none); the connection closes when its ACK does not come.
   std::chrono::milliseconds keepalive{0};
   std::string agent_id;
