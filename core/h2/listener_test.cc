@@ -65,7 +65,7 @@ struct Fixture {
         [this](const std::shared_ptr<Connection>&, const PeerInfo& peer) {
           std::lock_guard lock(mu);
           peers.push_back(peer);
-          return echo_handler();
+          return refuse ? Connection::CallHandler() : echo_handler();
         });
   }
   ~Fixture() {
@@ -90,6 +90,7 @@ struct Fixture {
   Loop accept_loop;
   std::mutex mu;
   std::vector<PeerInfo> peers;
+  bool refuse = false;  // the owner refuses every peer
   std::unique_ptr<Listener> listener;
 };
 
@@ -375,4 +376,22 @@ TEST_CASE("h2 listener: PINGs between responses are not strikes") {
     CHECK((ack->flags & 1) != 0);
   }
   CHECK(f.listener->stats().open == 1);
+}
+
+TEST_CASE(
+    "h2 listener: on a dual-stack socket an IPv4 peer is shown as IPv4, and an owner may "
+    "refuse a peer") {
+  Fixture f;
+  f.listener->listen_tcp("", 0);
+  {
+    std::lock_guard lock(f.mu);
+    f.refuse = true;
+  }
+  RawPeer peer(f.listener->port());
+  CHECK(peer.wait_eof(2s));
+  auto peers = f.seen();
+  REQUIRE(peers.size() == 1);
+  CHECK(peers[0].address.rfind("127.0.0.1:", 0) == 0);
+  CHECK(f.eventually([&] { return f.listener->stats().open == 0; }));
+  CHECK(f.listener->stats().accepted == 0);
 }
