@@ -407,6 +407,9 @@ Connection::Connection(Role role, std::unique_ptr<Transport> transport, Connecti
   nghttp2_session_callbacks_set_on_frame_send_callback(
       cbs, [](nghttp2_session*, const nghttp2_frame* frame, void* user) -> int {
         auto* self = self_of(user);
+        if (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) {
+          self->ping_strikes_reset_ = true;
+        }
         if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
           KONN_LOG(logger(), warn, "{} sent GOAWAY: {}", self->options().log_name,
                    nghttp2_http2_strerror(frame->goaway.error_code));
@@ -499,6 +502,31 @@ void Connection::keepalive_tick() {
   keepalive_.async_wait([weak = weak_from_this()](std::error_code ec) {
     if (auto self = weak.lock(); self && !ec) self->keepalive_tick();
   });
+}
+
+void Connection::police_peer_ping() {
+  if (!close_after_flush_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  const auto previous = std::exchange(last_peer_ping_, now);
+  if (std::exchange(ping_strikes_reset_, false)) {
+    ping_strikes_ = 0;
+    return;
+  }
+  const std::chrono::steady_clock::duration min =
+      streams_.empty() && !options_.peer_pings_without_calls
+          ? std::chrono::steady_clock::duration(std::chrono::hours(2))
+          : std::chrono::steady_clock::duration(options_.min_peer_ping_interval);
+  if (previous && now - *previous < min) ++ping_strikes_;
+  if (ping_strikes_ <= options_.max_ping_strikes) return;
+  // As grpc-go and gRPC C++ servers answer: the client learns why (and grpc-go clients double
+  // their keepalive time).
+  static constexpr std::string_view kDebug = "too_many_pings";
+  nghttp2_submit_goaway(
+      session_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(session_),
+      NGHTTP2_ENHANCE_YOUR_CALM, reinterpret_cast<const uint8_t*>(kDebug.data()), kDebug.size());
+  close_after_flush_ =
+      fmt::format("too many PINGs from the peer (more than {} sooner than {} ms)",
+                  options_.max_ping_strikes, options_.min_peer_ping_interval.count());
 }
 
 void Connection::do_read() {
@@ -866,7 +894,14 @@ int Connection::on_frame_recv(const void* f) {
       }
       break;
     }
+    case NGHTTP2_SETTINGS:
+      if ((frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) peer_settings_received_ = true;
+      break;
     case NGHTTP2_PING:
+      if ((frame->hd.flags & NGHTTP2_FLAG_ACK) == 0 && role_ == Role::Server &&
+          options_.min_peer_ping_interval.count() > 0) {
+        police_peer_ping();
+      }
       if ((frame->hd.flags & NGHTTP2_FLAG_ACK) != 0 && ping_outstanding_) {
         ping_outstanding_ = false;
         keepalive_.expires_after(options_.keepalive_interval);

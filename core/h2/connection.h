@@ -168,6 +168,14 @@ struct ConnectionOptions {
   // connection.
   std::chrono::milliseconds keepalive_interval{0};
   std::chrono::milliseconds keepalive_timeout{20000};
+  // Server role: the peer's PINGs, policed as gRPC servers police them (grpc-go's keepalive
+  // EnforcementPolicy). A PING sooner than `min_peer_ping_interval` after the peer's previous
+  // one is a strike, unless this side sent HEADERS or DATA in between; with no open call and
+  // !peer_pings_without_calls the minimum is 2 hours. More than `max_ping_strikes` strikes:
+  // GOAWAY ENHANCE_YOUR_CALM "too_many_pings", and the connection closes. 0: any rate.
+  std::chrono::milliseconds min_peer_ping_interval{0};
+  bool peer_pings_without_calls = true;
+  int max_ping_strikes = 2;
   // Client role: :authority and :scheme of requests.
   std::string authority = "localhost";
   std::string scheme = "http";
@@ -221,6 +229,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const asio::any_io_executor& executor() const { return executor_; }
 
   bool closed() const { return closed_; }
+  // The peer's first SETTINGS frame arrived (its connection preface is complete).
+  bool peer_settings_received() const { return peer_settings_received_; }
   size_t open_streams() const { return streams_.size(); }
   // Bytes of the write in flight (the only transport buffer).
   size_t write_buffer_bytes() const { return out_.size(); }
@@ -246,6 +256,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void end_client_request(int32_t stream_id);
   void arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::milliseconds timeout);
   void keepalive_tick();
+  void police_peer_ping();
   void maybe_finish_shutdown();
   Stream* find(int32_t id);
 
@@ -273,6 +284,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool shutting_down_ = false;
   asio::steady_timer keepalive_;
   bool ping_outstanding_ = false;
+  bool peer_settings_received_ = false;
+  // Ping policing (min_peer_ping_interval).
+  std::optional<std::chrono::steady_clock::time_point> last_peer_ping_;
+  int ping_strikes_ = 0;
+  bool ping_strikes_reset_ = false;  // HEADERS or DATA sent since the peer's last PING
 };
 
 }  // namespace konn::core::h2

@@ -1,0 +1,384 @@
+#include "core/h2/listener.h"
+
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <asio/post.hpp>
+#include <asio/ssl.hpp>
+#include <fmt/format.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "core/log/log_macros.h"
+#include "core/log/logger.h"
+#include "core/net/listener.h"
+
+namespace konn::core::h2 {
+
+namespace {
+
+const std::shared_ptr<spdlog::logger>& logger() {
+  static const auto log = core::log::get("h2");
+  return log;
+}
+
+// "127.0.0.1:41234" or "[::1]:41234"; an IPv4 peer of a dual-stack socket as IPv4.
+std::string address_text(const asio::ip::tcp::endpoint& ep) {
+  auto addr = ep.address();
+  if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
+    addr = asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6());
+  }
+  if (addr.is_v6()) return fmt::format("[{}]:{}", addr.to_string(), ep.port());
+  return fmt::format("{}:{}", addr.to_string(), ep.port());
+}
+
+// The verified client certificate of a completed handshake, if any.
+std::optional<PeerCertificate> peer_certificate(SSL* ssl) {
+  if (ssl == nullptr || SSL_get_verify_result(ssl) != X509_V_OK) return std::nullopt;
+  std::unique_ptr<X509, decltype(&X509_free)> cert(SSL_get1_peer_certificate(ssl), &X509_free);
+  if (!cert) return std::nullopt;
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), &BIO_free);
+  if (!bio || PEM_write_bio_X509(bio.get(), cert.get()) != 1) return std::nullopt;
+  char* data = nullptr;
+  const long len = BIO_get_mem_data(bio.get(), &data);
+  PeerCertificate out;
+  out.pem.assign(data, static_cast<size_t>(len));
+  auto names = core::tls::certificate_names(out.pem);
+  if (!names) return std::nullopt;
+  out.names = std::move(*names);
+  return out;
+}
+
+}  // namespace
+
+struct Listener::State {
+  ListenerOptions options;
+  AcceptHandler on_accept;
+  CloseHandler on_close;
+  std::mutex mu;
+  std::condition_variable all_closed;
+  std::shared_ptr<asio::ssl::context> tls;
+  std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;
+  uint64_t next_id = 0;
+  ListenerStats stats;
+  bool stopped = false;
+
+  void forget(uint64_t id) {
+    std::lock_guard lock(mu);
+    sessions.erase(id);
+    stats.open = sessions.size();
+    if (sessions.empty()) all_closed.notify_all();
+  }
+  void count(uint64_t ListenerStats::*field) {
+    std::lock_guard lock(mu);
+    ++(stats.*field);
+  }
+};
+
+// One accepted connection, on its worker: every method runs there.
+class Listener::Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(std::shared_ptr<State> state, core::io::WorkerPool::Placement placement,
+          std::shared_ptr<asio::ssl::context> tls, uint64_t id)
+      : lease_(std::move(placement.lease)),
+        ctx_(placement.ctx),
+        state_(std::move(state)),
+        tls_(std::move(tls)),
+        timer_(ctx_) {
+    peer_.id = id;
+    peer_.tls = tls_ != nullptr;
+  }
+
+  template <typename Socket>
+  void begin(Socket socket) {
+    std::error_code ec;
+    if constexpr (std::is_same_v<Socket, asio::ip::tcp::socket>) {
+      socket.set_option(asio::ip::tcp::no_delay(true), ec);
+      const auto ep = socket.remote_endpoint(ec);
+      peer_.address = ec ? std::string("unknown") : address_text(ep);
+    } else {
+      peer_.unix_socket = true;
+      peer_.address = "unix";
+    }
+    log_name_ = fmt::format("{} {}", state_->options.name, peer_.address);
+    if (peer_.unix_socket) log_name_ += fmt::format(" #{}", peer_.id);
+    if (tls_) {
+      auto t = std::make_unique<TlsTransport<Socket>>(
+          asio::ssl::stream<Socket>(std::move(socket), *tls_));
+      ssl_ = t->stream().native_handle();
+      transport_ = std::move(t);
+    } else {
+      transport_ = std::make_unique<SocketTransport<Socket>>(std::move(socket));
+    }
+    timer_.expires_after(state_->options.handshake_timeout);
+    timer_.async_wait([weak = weak_from_this()](std::error_code e) {
+      auto self = weak.lock();
+      if (e || !self || self->done_) return;
+      if (self->conn_ && self->conn_->peer_settings_received()) return;
+      self->state_->count(&ListenerStats::handshake_timeouts);
+      KONN_LOG(logger(), info, "{}: no handshake within {} ms, closed", self->log_name_,
+               self->state_->options.handshake_timeout.count());
+      self->close("handshake timeout");
+    });
+    if (stopping_) {
+      close("the listener is stopping");
+      return;
+    }
+    transport_->async_handshake(
+        true, [self = shared_from_this()](std::error_code e) { self->on_handshake(e); });
+  }
+
+  asio::io_context& context() { return ctx_; }
+
+  void shutdown() {
+    stopping_ = true;
+    if (conn_) {
+      auto conn = conn_;
+      conn->shutdown();
+    } else if (transport_) {
+      close("the listener is stopping");
+    }
+  }
+
+  void close(const std::string& reason) {
+    if (done_) return;
+    if (conn_) {
+      auto conn = conn_;
+      conn->close(reason);  // on_close finishes
+      return;
+    }
+    if (transport_) transport_->close();
+    finish();
+  }
+
+ private:
+  void on_handshake(std::error_code ec) {
+    if (done_) return;
+    if (ec) {
+      state_->count(&ListenerStats::handshake_failures);
+      KONN_LOG(logger(), info, "{}: TLS handshake failed: {}", log_name_,
+               ec == std::errc::protocol_not_supported
+                   ? std::string("the client did not offer ALPN h2")
+                   : ec.message());
+      close("TLS handshake failed");
+      return;
+    }
+    if (peer_.tls) peer_.certificate = peer_certificate(ssl_);
+    ConnectionOptions options = state_->options.connection;
+    options.log_name = log_name_;
+    conn_ = Connection::create(Connection::Role::Server, std::move(transport_), std::move(options));
+    Connection::CallHandler handler;
+    if (state_->on_accept) handler = state_->on_accept(conn_, peer_);
+    if (!handler) {
+      KONN_LOG(logger(), info, "{}: refused by its owner", log_name_);
+      auto conn = std::exchange(conn_, nullptr);
+      conn->close("refused");
+      finish();
+      return;
+    }
+    state_->count(&ListenerStats::accepted);
+    conn_->set_call_handler(std::move(handler));
+    conn_->set_on_close([self = shared_from_this()](const std::string& reason) {
+      if (self->state_->on_close) self->state_->on_close(self->peer_, reason);
+      self->finish();
+    });
+    auto conn = conn_;
+    conn->start();
+    if (stopping_) conn->shutdown();
+  }
+
+  void finish() {
+    if (done_) return;
+    done_ = true;
+    timer_.cancel();
+    // Released after the handler that ended it (the Connection may be inside its own close()).
+    asio::post(ctx_, [self = shared_from_this()] { self->conn_.reset(); });
+    state_->forget(peer_.id);
+  }
+
+  core::io::DescriptorReserve::Lease lease_;  // first: released after the sockets
+  asio::io_context& ctx_;
+  std::shared_ptr<State> state_;
+  std::shared_ptr<asio::ssl::context> tls_;
+  asio::steady_timer timer_;
+  PeerInfo peer_;
+  std::string log_name_;
+  std::unique_ptr<Transport> transport_;  // until the Connection takes it
+  SSL* ssl_ = nullptr;
+  std::shared_ptr<Connection> conn_;
+  bool stopping_ = false;
+  bool done_ = false;
+};
+
+Listener::Listener(asio::io_context& accept_ctx, core::io::WorkerPool& pool,
+                   ListenerOptions options, AcceptHandler on_accept, CloseHandler on_close)
+    : accept_ctx_(accept_ctx), pool_(pool), state_(std::make_shared<State>()), retry_(accept_ctx) {
+  state_->options = std::move(options);
+  state_->on_accept = std::move(on_accept);
+  state_->on_close = std::move(on_close);
+}
+
+Listener::~Listener() { stop(std::chrono::milliseconds(0)); }
+
+void Listener::set_tls_context(std::shared_ptr<asio::ssl::context> ctx) {
+  if (ctx) enable_h2_alpn(*ctx);
+  std::lock_guard lock(state_->mu);
+  state_->tls = std::move(ctx);
+}
+
+void Listener::listen_tcp(const std::string& host, uint16_t port) {
+  tcp_.emplace(core::net::listen_tcp(accept_ctx_, host, port));
+  port_ = tcp_->local_endpoint().port();
+  KONN_LOG(logger(), info, "{} listening on {}:{}", state_->options.name,
+           host.empty() ? std::string("*") : host, port_);
+  asio::post(accept_ctx_, [this] {
+    accepting_ = true;
+    accept_next(*tcp_);
+  });
+}
+
+void Listener::listen_unix(const std::string& path, bool delete_existing, unsigned mode) {
+  unix_.emplace(core::net::listen_unix(accept_ctx_, path, delete_existing, mode));
+  unix_path_ = path;
+  KONN_LOG(logger(), info, "{} listening on unix:{}", state_->options.name, path);
+  asio::post(accept_ctx_, [this] {
+    accepting_ = true;
+    accept_next(*unix_);
+  });
+}
+
+template <typename Acceptor>
+void Listener::accept_next(Acceptor& acceptor) {
+  // The lease first: the socket is registered on the worker's context as it is accepted.
+  auto placement = pool_.place();
+  using Socket = typename Acceptor::protocol_type::socket;
+  auto socket = std::make_unique<Socket>(placement.ctx);
+  auto& target = *socket;
+  acceptor.async_accept(target, [this, &acceptor, placement = std::move(placement),
+                                 socket = std::move(socket)](std::error_code ec) mutable {
+    if (ec == asio::error::operation_aborted) return;  // stopped: `this` may be gone
+    if (!accepting_) return;
+    if (ec) {
+      // Out of descriptors, most likely: wait a little rather than spin.
+      KONN_LOG(logger(), warn, "{}: accept: {}", state_->options.name, ec.message());
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this, &acceptor](std::error_code e) {
+        if (!e && accepting_) accept_next(acceptor);
+      });
+      return;
+    }
+    std::shared_ptr<Session> session;
+    uint64_t refused = 0;
+    {
+      std::lock_guard lock(state_->mu);
+      const auto max = state_->options.max_connections;
+      if (max != 0 && state_->sessions.size() >= max) {
+        refused = ++state_->stats.refused;
+      } else {
+        session =
+            std::make_shared<Session>(state_, std::move(placement), state_->tls, ++state_->next_id);
+        state_->sessions.emplace(state_->next_id, session);
+        state_->stats.open = state_->sessions.size();
+      }
+    }
+    if (!session) {
+      // One line per hundred refusals: a flood of connections is not also a flood of logs.
+      if (refused % 100 == 1) {
+        KONN_LOG(logger(), warn, "{}: {} connections open, one more refused ({} so far)",
+                 state_->options.name, state_->options.max_connections, refused);
+      }
+      std::error_code ignored;
+      socket->close(ignored);
+    } else {
+      auto& ctx = session->context();
+      asio::post(ctx, [session, socket = std::move(socket)]() mutable {
+        session->begin(std::move(*socket));
+      });
+    }
+    accept_next(acceptor);
+  });
+}
+
+ListenerStats Listener::stats() const {
+  std::lock_guard lock(state_->mu);
+  return state_->stats;
+}
+
+void Listener::stop_accepting() {
+  auto close_all = [this] {
+    accepting_ = false;
+    retry_.cancel();
+    std::error_code ignored;
+    if (tcp_) tcp_->close(ignored);
+    if (unix_) unix_->close(ignored);
+  };
+  if (!tcp_ && !unix_) return;
+  if (accept_ctx_.get_executor().running_in_this_thread() || accept_ctx_.stopped()) {
+    close_all();
+  } else {
+    std::promise<void> done;
+    asio::post(accept_ctx_, [&] {
+      close_all();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  if (!unix_path_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove(unix_path_, ignored);
+    unix_path_.clear();
+  }
+}
+
+void Listener::shutdown_connections() {
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    std::lock_guard lock(state_->mu);
+    for (auto& [id, s] : state_->sessions) sessions.push_back(s);
+  }
+  for (auto& s : sessions) {
+    auto& ctx = s->context();
+    asio::post(ctx, [s] { s->shutdown(); });
+  }
+}
+
+void Listener::close_connections(const std::string& reason) {
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    std::lock_guard lock(state_->mu);
+    for (auto& [id, s] : state_->sessions) sessions.push_back(s);
+  }
+  for (auto& s : sessions) {
+    auto& ctx = s->context();
+    asio::post(ctx, [s, reason] { s->close(reason); });
+  }
+}
+
+bool Listener::wait_closed(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(state_->mu);
+  return state_->all_closed.wait_for(lock, timeout, [this] { return state_->sessions.empty(); });
+}
+
+void Listener::stop(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->stopped) return;
+    state_->stopped = true;
+  }
+  stop_accepting();
+  shutdown_connections();
+  if (wait_closed(grace)) return;
+  close_connections("the server is stopping");
+  if (!wait_closed(std::chrono::seconds(5))) {
+    KONN_LOG(logger(), warn, "{}: {} connections still open after stop", state_->options.name,
+             stats().open);
+  }
+}
+
+}  // namespace konn::core::h2

@@ -1,0 +1,130 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/ssl/context.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "core/h2/connection.h"
+#include "core/io/worker_pool.h"
+#include "core/tls/certificate_names.h"
+
+namespace konn::core::h2 {
+
+// A client certificate the TLS context verified, as the owner needs it to authorize the peer
+// (--verify-agent-identifiers=cert reads its names).
+struct PeerCertificate {
+  std::string pem;                    // the leaf certificate
+  core::tls::CertificateNames names;  // its common name, DNS and IP subjectAltNames
+};
+
+// What the owner learns of a new connection.
+struct PeerInfo {
+  uint64_t id = 0;      // unique within the listener (log lines)
+  std::string address;  // "127.0.0.1:41234", "[::1]:41234", or "unix"
+  bool unix_socket = false;
+  bool tls = false;
+  std::optional<PeerCertificate> certificate;  // TLS, when the client presented one
+};
+
+struct ListenerOptions {
+  std::string name = "h2-listener";  // log lines: "<name> <peer>"
+  // Every connection's options: keepalive_interval sends the server's PINGs,
+  // min_peer_ping_interval polices the client's. log_name is set per connection.
+  ConnectionOptions connection;
+  // Connections open at once (0: no limit). One beyond is closed as soon as it is accepted, and
+  // counted (ListenerStats::refused).
+  size_t max_connections = 0;
+  // From accept to the client's first SETTINGS frame (TLS handshake and HTTP/2 preface): a
+  // connection still short of it is closed and counted (ListenerStats::handshake_timeouts).
+  std::chrono::milliseconds handshake_timeout{10000};
+};
+
+struct ListenerStats {
+  uint64_t accepted = 0;            // connections handed to the owner
+  uint64_t refused = 0;             // closed at once: max_connections reached
+  uint64_t handshake_failures = 0;  // TLS handshake failed (bad certificate, no ALPN h2, ...)
+  uint64_t handshake_timeouts = 0;
+  uint64_t open = 0;  // accepted and not yet closed (any phase)
+};
+
+// A server of HTTP/2 Connections (server role) on one TCP address or unix socket, optionally
+// TLS. Each accepted connection is placed on a worker of a core::io::WorkerPool with a
+// descriptor lease it keeps for its life, and lives there: TCP_NODELAY, the TLS handshake (ALPN
+// h2 required; client certificates as the context requests them), then a Connection whose
+// CallHandler the owner gives once it has seen the peer.
+//
+// Thread-safety: the listen_*, set_tls_context, stats and stop methods may be called from any
+// thread but a worker's or the accept context's (stop waits for them). Owner callbacks run on
+// the connection's worker.
+class Listener {
+ public:
+  // Called once per connection, after its TLS handshake, before any HTTP/2 frame is read: the
+  // owner authorizes the peer and returns the connection's CallHandler (empty: the connection is
+  // closed). The Connection may be kept (weakly) to post() to it or shut it down.
+  using AcceptHandler =
+      std::function<Connection::CallHandler(const std::shared_ptr<Connection>&, const PeerInfo&)>;
+  // Called once for each connection the AcceptHandler accepted, when it closed.
+  using CloseHandler = std::function<void(const PeerInfo&, const std::string& reason)>;
+
+  // The acceptor lives on `accept_ctx` (which must run until stop() returned); connections on
+  // `pool`'s workers.
+  Listener(asio::io_context& accept_ctx, core::io::WorkerPool& pool, ListenerOptions options,
+           AcceptHandler on_accept, CloseHandler on_close = {});
+  ~Listener();  // stop(0)
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  // TLS for connections accepted from now on (null: h2c). The context gets ALPN h2
+  // (enable_h2_alpn); its verify mode decides whether client certificates are requested or
+  // required. Call before listening, and again to change certificates.
+  void set_tls_context(std::shared_ptr<asio::ssl::context> ctx);
+
+  // Binds and starts accepting. Throws std::system_error naming the address (core/net).
+  void listen_tcp(const std::string& host, uint16_t port);
+  void listen_unix(const std::string& path, bool delete_existing, unsigned mode);
+  // The TCP port bound (0 before listen_tcp).
+  uint16_t port() const { return port_; }
+
+  ListenerStats stats() const;
+
+  // Graceful stop, in steps: stop accepting; GOAWAY on every connection (Connection::shutdown;
+  // a connection still in its handshake is closed); wait up to `grace` for them to close; close
+  // the rest (their calls end UNAVAILABLE) and wait until they are gone. Idempotent.
+  void stop(std::chrono::milliseconds grace);
+  // The steps on their own.
+  void stop_accepting();
+  void shutdown_connections();
+  // True when every connection closed within `timeout`.
+  bool wait_closed(std::chrono::milliseconds timeout);
+  void close_connections(const std::string& reason);
+
+  // Internal (listener.cc): one accepted connection, and what the listener shares with them
+  // (they may outlive it by the few handlers still queued on their workers).
+  class Session;
+  struct State;
+
+ private:
+  template <typename Acceptor>
+  void accept_next(Acceptor& acceptor);
+
+  asio::io_context& accept_ctx_;
+  core::io::WorkerPool& pool_;
+  std::shared_ptr<State> state_;
+  std::optional<asio::ip::tcp::acceptor> tcp_;
+  std::optional<asio::local::stream_protocol::acceptor> unix_;
+  asio::steady_timer retry_;  // after an accept error (out of descriptors)
+  std::string unix_path_;     // removed when accepting stops
+  uint16_t port_ = 0;
+  bool accepting_ = false;  // on accept_ctx_
+};
+
+}  // namespace konn::core::h2
