@@ -297,6 +297,45 @@ void Stream::cancel() {
   conn_->flush();
 }
 
+void Stream::drop_unstarted() {
+  while (outbox_.size() > (out_offset_ > 0 ? 1 : 0)) {
+    queued_bytes_ -= outbox_.back().size();
+    outbox_.pop_back();
+  }
+}
+
+void Stream::abort(const GrpcStatus& status) {
+  if (ended_ || conn_ == nullptr || conn_->closed()) return;
+  if (conn_->role() == Connection::Role::Server && !local_done_) {
+    // As gRPC servers cancel with a status: the trailers go at once, in a HEADERS frame that flow
+    // control does not hold, whatever waits (even a message half sent, which the client then
+    // drops); the rest of the request is reset once they are out (on_frame_send).
+    outbox_.clear();
+    out_offset_ = 0;
+    queued_bytes_ = 0;
+    if (!local_end_) finish_status_ = status;
+    if (!headers_sent_) {
+      local_end_ = false;
+      finish(finish_status_);
+      return;
+    }
+    local_end_ = true;
+    local_done_ = true;
+    aborted_ = true;
+    const std::string code = std::to_string(finish_status_.code);
+    const std::string message = percent_encode(finish_status_.message);
+    std::vector<nghttp2_nv> nv{make_nv("grpc-status", code)};
+    if (!message.empty()) nv.push_back(make_nv("grpc-message", message));
+    nghttp2_submit_headers(conn_->session(), NGHTTP2_FLAG_END_STREAM, id_, nullptr, nv.data(),
+                           nv.size(), nullptr);
+    conn_->flush();
+    return;
+  }
+  if (!local_status_) local_status_ = status;
+  nghttp2_submit_rst_stream(conn_->session(), NGHTTP2_FLAG_NONE, id_, NGHTTP2_CANCEL);
+  conn_->flush();
+}
+
 void Stream::pause_reading() { paused_ = true; }
 
 void Stream::resume_reading() {
@@ -707,10 +746,7 @@ void Connection::arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::mil
       // As gRPC servers do: the status in trailers (then a reset of the rest of the request), so
       // the client reads DEADLINE_EXCEEDED whichever side's timer fired first. Messages not yet
       // started are dropped; a message half sent is finished, so the framing stays whole.
-      while (stream->outbox_.size() > (stream->out_offset_ > 0 ? 1 : 0)) {
-        stream->queued_bytes_ -= stream->outbox_.back().size();
-        stream->outbox_.pop_back();
-      }
+      stream->drop_unstarted();
       stream->finish(st);
       return;
     }
@@ -999,6 +1035,11 @@ ssize_t Connection::read_data(int32_t stream_id, uint8_t* buf, size_t length, ui
     return 0;
   }
   Stream& s = *it->second;
+  if (s.aborted_) {
+    // The trailers went without the data provider (abort): it has nothing more to give.
+    *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    return 0;
+  }
   size_t n = 0;
   while (n < length && !s.outbox_.empty()) {
     const std::string& front = s.outbox_.front();

@@ -82,6 +82,11 @@ class Stream {
   void finish(const GrpcStatus& status, const Metadata& trailers = {});
   // Client role: no more messages (END_STREAM after the queued ones).
   void half_close();
+  // Ends the call now, whatever is queued: a server drops what waits (a message half sent too)
+  // and sends its status in trailers at once, which flow control does not hold (`status`, or the
+  // one finish() gave if its trailers still waited); a client resets the stream (RST_STREAM
+  // CANCEL). on_end follows.
+  void abort(const GrpcStatus& status);
   // Resets the stream (RST_STREAM CANCEL). on_end follows with CANCELLED.
   void cancel();
   // While paused, received messages wait here and the HTTP/2 window is not given back, so the
@@ -109,6 +114,9 @@ class Stream {
   void deliver();
   void end(const GrpcStatus& status);
   bool submit_response_headers(bool with_data);
+  // Server role: drops the queued messages not yet started (a message half sent stays, so the
+  // framing stays whole).
+  void drop_unstarted();
 
   Connection* conn_;  // null once the stream ended
   int32_t id_;
@@ -133,6 +141,7 @@ class Stream {
   bool local_done_ = false;    // END_STREAM (or trailers) handed to HTTP/2
   bool headers_sent_ = false;  // server: response headers submitted
   bool trailers_only_ = false;
+  bool aborted_ = false;  // server: abort() sent the trailers without the data provider
   GrpcStatus finish_status_;
   Metadata finish_trailers_;
   // Client: response state.

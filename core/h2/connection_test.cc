@@ -690,6 +690,44 @@ TEST_CASE("h2 server: a paused stream holds at most its window, then resumes",
   CHECK(stream->Finish().ok());
 }
 
+TEST_CASE("h2 server: abort sends its status at once to a gRPC C++ client that stopped reading",
+          "[h2][interop][flow]") {
+  std::mutex mu;
+  std::shared_ptr<Stream> held;
+  ConnectionOptions opts;
+  H2Server server(
+      Kind::Tcp,
+      [&](const std::shared_ptr<Stream>& s, const CallInfo&) {
+        {
+          std::lock_guard lock(mu);
+          held = s;
+        }
+        s->set_callbacks({});
+        // Far more than the client's windows take: the rest waits, one message half sent.
+        for (int i = 0; i < 64; ++i) s->send_message(serialized(data_packet(i, std::string(100000, 'f'))));
+      },
+      opts);
+  auto stub = AgentService::NewStub(channel_to(server));
+  grpc::ClientContext ctx;
+  auto stream = stub->Connect(&ctx);
+  REQUIRE(stream->Write(data_packet(1, "go")));
+  std::this_thread::sleep_for(300ms);  // the client reads nothing meanwhile
+  const size_t waiting = server.loop().run([&] { return held->queued_bytes(); });
+  CHECK(waiting > 0);
+  server.loop().run([&] {
+    held->abort({8, "over the tunnel's cap"});
+    return 0;
+  });
+  CHECK(server.loop().run([&] { return held->queued_bytes(); }) == 0);
+  Packet p;
+  int read = 0;
+  while (stream->Read(&p)) ++read;
+  CHECK(read < 64);
+  const auto status = stream->Finish();
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(status.error_message() == "over the tunnel's cap");
+}
+
 TEST_CASE("h2 server: keepalive PINGs answered by a gRPC C++ client keep the connection",
           "[h2][interop][keepalive]") {
   Seen seen;

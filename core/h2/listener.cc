@@ -256,7 +256,7 @@ void Listener::listen_unix(const std::string& path, bool delete_existing, unsign
 template <typename Acceptor>
 void Listener::accept_next(Acceptor& acceptor) {
   // The lease first: the socket is registered on the worker's context as it is accepted.
-  auto placement = pool_.place();
+  auto placement = state_->options.place ? state_->options.place() : pool_.place();
   using Socket = typename Acceptor::protocol_type::socket;
   auto socket = std::make_unique<Socket>(placement.ctx);
   auto& target = *socket;

@@ -46,6 +46,10 @@ struct ListenerOptions {
   // From accept to the client's first SETTINGS frame (TLS handshake and HTTP/2 preface): a
   // connection still short of it is closed and counted (ListenerStats::handshake_timeouts).
   std::chrono::milliseconds handshake_timeout{10000};
+  // Chooses the worker of the next connection (called before each accept, on the accept
+  // context); empty: the pool's round robin. A server puts a connection beside the connections it
+  // will most likely exchange packets with.
+  std::function<core::io::WorkerPool::Placement()> place;
 };
 
 struct ListenerStats {

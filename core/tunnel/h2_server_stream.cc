@@ -1,0 +1,172 @@
+#include "core/tunnel/h2_server_stream.h"
+
+namespace konn::core::tunnel {
+namespace {
+
+h2::GrpcStatus to_h2(const grpc::Status& s) {
+  return h2::GrpcStatus{static_cast<int>(s.error_code()), s.error_message()};
+}
+
+}  // namespace
+
+void H2ServerStream::attach(asio::io_context& home, const std::shared_ptr<h2::Stream>& stream) {
+  home_ = &home;
+  stream_ = stream;
+  stream_id_ = stream->id();
+  h2::StreamCallbacks cb;
+  cb.on_message = [this](std::string&& m) { on_message(std::move(m)); };
+  cb.on_half_close = [this] { on_half_close(); };
+  cb.on_end = [this](const h2::GrpcStatus& st, const h2::Metadata&) { on_stream_end(st); };
+  stream->set_callbacks(std::move(cb));
+  stream->set_on_drained([this] {
+    if (!write_outstanding_) return;
+    write_outstanding_ = false;
+    handle_write_done(true);
+  });
+  // Paused until the first read: a message that comes before is held by HTTP/2.
+  stream->pause_reading();
+}
+
+void H2ServerStream::send_headers(h2::Metadata md) {
+  on_home_thread([this, md = std::move(md)] {
+    if (stream_over_) return;
+    auto stream = stream_;  // its end may come inside
+    stream->send_headers(md);
+  });
+}
+
+void H2ServerStream::start_write_op(const Packet* p, grpc::WriteOptions) {
+  on_home_thread([this, p] {
+    if (stream_over_) {
+      handle_write_done(false);
+      return;
+    }
+    write_packet(p);
+  });
+}
+
+void H2ServerStream::write_packet(const Packet* p) {
+  // Serialized straight after the 5 bytes of gRPC's prefix: one copy of the payload, into the
+  // message HTTP/2 sends from.
+  const size_t size = p->ByteSizeLong();
+  std::string framed(h2::kGrpcPrefixBytes + size, '\0');
+  p->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(framed.data()) +
+                                     h2::kGrpcPrefixBytes);
+  write_outstanding_ = true;
+  auto stream = stream_;  // its end may come inside
+  if (!stream->send_framed(std::move(framed))) {
+    write_outstanding_ = false;
+    handle_write_done(false);
+  }
+  // Otherwise done once HTTP/2 took its bytes (on_drained), which may already have happened.
+}
+
+void H2ServerStream::start_read_op(Packet* p) {
+  on_home_thread([this, p] {
+    if (stream_over_ || read_ended_) {
+      handle_read_done(false);
+      return;
+    }
+    read_target_ = p;
+    if (held_) {
+      // Delivered from the loop, not from inside this call: the read that follows it starts
+      // from the delivery, and must not nest in this one.
+      asio::post(*home_, [this, keep = shared_from_this()] {
+        if (!held_ || read_target_ == nullptr || stream_over_) return;
+        std::string m = std::move(*held_);
+        held_.reset();
+        on_message(std::move(m));
+        if (!held_ && read_target_ != nullptr && !stream_over_) {
+          auto stream = stream_;  // its end may come inside
+          stream->resume_reading();
+        }
+      });
+      return;
+    }
+    if (stream_->reading_paused()) {
+      auto stream = stream_;  // its end may come inside
+      stream->resume_reading();
+    }
+  });
+}
+
+void H2ServerStream::start_finish_op(const grpc::Status& status) {
+  on_home_thread([this, status] {
+    if (!stream_over_ && !status_sent_) {
+      status_sent_ = static_cast<int>(status.error_code());
+      auto stream = stream_;  // its end may come inside
+      stream->finish(to_h2(status));
+    }
+    settle();
+  });
+}
+
+void H2ServerStream::cancel_op(const grpc::Status& status) {
+  cancelled_by_us_ = true;
+  on_home_thread([this, status] {
+    if (stream_over_) return;
+    // What the peer still sends is dropped: a paused stream would hold its end until resumed.
+    discarding_ = true;
+    held_.reset();
+    auto stream = stream_;  // its end may come inside
+    grpc::Status st = status.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled") : status;
+    if (!status_sent_) status_sent_ = static_cast<int>(st.error_code());
+    stream->abort(to_h2(st));
+    if (!stream_over_) stream->resume_reading();
+  });
+}
+
+void H2ServerStream::on_message(std::string&& message) {
+  if (discarding_) return;
+  if (read_target_ == nullptr) {
+    // No read outstanding (reading is paused): keep it, and let HTTP/2 flow control hold the rest.
+    held_ = std::move(message);
+    stream_->pause_reading();
+    return;
+  }
+  if (!read_target_->ParseFromString(message)) {
+    // As gRPC servers do with a message they cannot parse: the call ends INTERNAL.
+    cancel_op(grpc::Status(grpc::StatusCode::INTERNAL,
+                           "a message is not a Packet (" + std::to_string(message.size()) +
+                               " bytes)"));
+    fail_read();
+    return;
+  }
+  read_target_ = nullptr;
+  handle_read_done(true);
+}
+
+void H2ServerStream::fail_read() {
+  if (read_target_ == nullptr) return;
+  read_target_ = nullptr;
+  handle_read_done(false);
+}
+
+void H2ServerStream::on_half_close() {
+  // The peer sends nothing more: the read side ends (after the messages before it).
+  read_ended_ = true;
+  fail_read();
+}
+
+void H2ServerStream::on_stream_end(const h2::GrpcStatus& status) {
+  if (stream_over_) return;
+  stream_over_ = true;
+  held_.reset();
+  peer_cancelled_ = !(status_sent_ && *status_sent_ == status.code);
+  fail_read();
+  if (write_outstanding_) {
+    write_outstanding_ = false;
+    handle_write_done(false);
+  }
+  close(grpc::Status(static_cast<grpc::StatusCode>(status.code), status.message));
+  settle();
+}
+
+void H2ServerStream::settle() {
+  if (--holds_ == 0) {
+    stream_.reset();
+    call_over();
+  }
+}
+
+}  // namespace konn::core::tunnel
