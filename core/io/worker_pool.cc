@@ -1,10 +1,12 @@
 #include "core/io/worker_pool.h"
 
+#include <pthread.h>
+
 #include <asio/steady_timer.hpp>
 
 namespace konn::core::io {
 
-WorkerPool::WorkerPool(unsigned threads) {
+WorkerPool::WorkerPool(unsigned threads, std::string name) : name_(std::move(name)) {
   if (threads == 0) threads = std::max(1U, std::thread::hardware_concurrency());
   for (unsigned i = 0; i < threads; ++i) {
     // Concurrency hint 1: each context is run by exactly one thread, so Asio may skip locking.
@@ -22,9 +24,13 @@ WorkerPool::~WorkerPool() { stop(); }
 void WorkerPool::start() {
   if (started_) return;
   started_ = true;
-  for (auto& ctx : contexts_) {
-    guards_.emplace_back(ctx->get_executor());
-    threads_.emplace_back([c = ctx.get()] { c->run(); });
+  for (size_t i = 0; i < contexts_.size(); ++i) {
+    guards_.emplace_back(contexts_[i]->get_executor());
+    std::string name = name_.empty() ? std::string() : name_ + "-" + std::to_string(i);
+    threads_.emplace_back([c = contexts_[i].get(), name = std::move(name)] {
+      if (!name.empty()) pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+      c->run();
+    });
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,8 +17,9 @@ namespace konn::core::io {
 // it from other threads is posted to that context.
 class WorkerPool {
  public:
-  // threads == 0 means one per core (at least one).
-  explicit WorkerPool(unsigned threads = 0);
+  // threads == 0 means one per core (at least one). With a `name`, thread i is named "name-i"
+  // (top, /proc/PID/task/*/comm).
+  explicit WorkerPool(unsigned threads = 0, std::string name = {});
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -54,6 +56,7 @@ class WorkerPool {
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards_;
   std::vector<std::thread> threads_;
   std::atomic<size_t> next_{0};
+  std::string name_;
   bool started_ = false;
 };
 
