@@ -30,13 +30,13 @@ std::string files_stamp(const ServerTlsConfig& c) {
 }  // namespace
 
 struct ReloadingServerContext::State : std::enable_shared_from_this<State> {
-  State(asio::any_io_executor ex, ServerTlsConfig c, std::string ciphers,
-        std::chrono::nanoseconds interval, std::string what, OnChange on_change)
+  State(asio::any_io_executor ex, ServerTlsConfig c, std::string cipher_list,
+        std::chrono::nanoseconds every, std::string name, OnChange changed)
       : config(std::move(c)),
-        ciphers(std::move(ciphers)),
-        interval(interval),
-        what(std::move(what)),
-        on_change(std::move(on_change)),
+        ciphers(std::move(cipher_list)),
+        interval(every),
+        what(std::move(name)),
+        on_change(std::move(changed)),
         timer(std::move(ex)) {}
 
   void watch() {

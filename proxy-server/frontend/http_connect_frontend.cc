@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
 #include <list>
 #include <optional>
 #include <sys/stat.h>
@@ -696,71 +695,20 @@ void HttpConnectServer::listen_unix(const std::string& path, bool delete_existin
 void HttpConnectServer::listen_tls(const std::string& address, int port,
                                    core::tls::ServerTlsConfig tls, std::chrono::nanoseconds reload,
                                    std::string ciphers) {
-  tls_config_ = std::move(tls);
-  tls_ciphers_ = std::move(ciphers);
-  tls_ = build_tls();
-  tls_stamp_ = tls_files_stamp();
-  tls_reload_ = reload;
-  if (reload.count() > 0) {
-    tls_timer_ = std::make_unique<asio::steady_timer>(accept_ctx_);
-    watch_tls_files();
-  }
+  // Checks and replacements run on accept_ctx_, where tls_ is used.
+  tls_files_ = std::make_unique<core::tls::ReloadingServerContext>(
+      accept_ctx_.get_executor(), std::move(tls), std::move(ciphers), reload, "frontend",
+      [this](std::shared_ptr<asio::ssl::context> ctx) { tls_ = std::move(ctx); });
+  tls_ = tls_files_->current();
   tcp_acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(
       core::net::listen_tcp(accept_ctx_, address, static_cast<uint16_t>(port)));
   port_ = tcp_acceptor_->local_endpoint().port();
   accept_tcp();
 }
 
-std::shared_ptr<asio::ssl::context> HttpConnectServer::build_tls() const {
-  auto ctx = core::tls::make_server_context(tls_config_);
-  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
-  if (!tls_ciphers_.empty() &&
-      SSL_CTX_set_cipher_list(ctx->native_handle(), tls_ciphers_.c_str()) != 1) {
-    throw std::runtime_error("cipher suites not accepted by OpenSSL: " + tls_ciphers_);
-  }
-  return ctx;
-}
-
-std::string HttpConnectServer::tls_files_stamp() const {
-  std::string stamp;
-  for (const auto* path :
-       {&tls_config_.cert_file, &tls_config_.key_file, &tls_config_.client_ca_file}) {
-    std::error_code ec;
-    if (path->empty()) continue;
-    auto t = std::filesystem::last_write_time(*path, ec);
-    auto size = std::filesystem::file_size(*path, ec);
-    stamp += *path + ":" + std::to_string(t.time_since_epoch().count()) + ":" +
-             std::to_string(size) + ";";
-  }
-  return stamp;
-}
-
-void HttpConnectServer::watch_tls_files() {
-  tls_timer_->expires_after(tls_reload_);
-  tls_timer_->async_wait([this](std::error_code ec) {
-    if (ec) return;
-    auto stamp = tls_files_stamp();
-    if (stamp != tls_stamp_) {
-      try {
-        tls_ = build_tls();
-        tls_stamp_ = stamp;
-        KONN_LOG(core::log::get("server.http-connect"), info,
-                 "frontend TLS certificate files changed: new connections use them");
-      } catch (const std::exception& e) {
-        // Half-written files: keep serving with the old context and try again next time.
-        KONN_LOG(core::log::get("server.http-connect"), warn,
-                 "frontend TLS files changed but could not be loaded ({}); keeping the old ones",
-                 e.what());
-      }
-    }
-    watch_tls_files();
-  });
-}
-
 void HttpConnectServer::stop() {
   asio::post(accept_ctx_, [this] {
     std::error_code ignored;
-    if (tls_timer_) tls_timer_->cancel();
     if (unix_acceptor_) unix_acceptor_->close(ignored);
     if (tcp_acceptor_) tcp_acceptor_->close(ignored);
   });

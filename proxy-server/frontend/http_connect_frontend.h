@@ -10,7 +10,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "core/io/worker_pool.h"
-#include "core/tls/tls_context.h"
+#include "core/tls/reloading_context.h"
 
 namespace konn::server {
 
@@ -48,9 +48,6 @@ class HttpConnectServer {
  private:
   void accept_unix();
   void accept_tcp();
-  void watch_tls_files();
-  std::shared_ptr<asio::ssl::context> build_tls() const;
-  std::string tls_files_stamp() const;
 
   Router& router_;
   core::io::WorkerPool& pool_;
@@ -58,11 +55,7 @@ class HttpConnectServer {
   std::unique_ptr<asio::local::stream_protocol::acceptor> unix_acceptor_;
   std::unique_ptr<asio::ip::tcp::acceptor> tcp_acceptor_;
   std::shared_ptr<asio::ssl::context> tls_;  // used and replaced on accept_ctx_ only
-  core::tls::ServerTlsConfig tls_config_;
-  std::string tls_ciphers_;
-  std::string tls_stamp_;
-  std::chrono::nanoseconds tls_reload_{0};
-  std::unique_ptr<asio::steady_timer> tls_timer_;
+  std::unique_ptr<core::tls::ReloadingServerContext> tls_files_;
   int port_ = 0;
 };
 
