@@ -3,12 +3,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
-#include <sys/stat.h>
 
 #include <asio/steady_timer.hpp>
-#include <grpc/grpc.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server_builder.h>
+#include <asio/execution/context.hpp>
+#include <asio/query.hpp>
 
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
@@ -17,12 +15,11 @@
 #include "core/kube/lease.h"
 #include "core/log/log_macros.h"
 #include "core/net/listener.h"
-#include "core/tls/grpc_credentials.h"
-#include "core/tls/tls_context.h"
+#include "core/tls/reloading_context.h"
 #include "proxy-server/auth/token_reviewer.h"
-#include "proxy-server/backend/agent_service.h"
+#include "proxy-server/backend/backend.h"
+#include "proxy-server/frontend/grpc_frontend_reactor.h"
 #include "proxy-server/frontend/http_connect_frontend.h"
-#include "proxy-server/frontend/proxy_service.h"
 #include "proxy-server/lease_controller.h"
 #include "proxy-server/node/node_service.h"
 #include "proxy-server/tunnel/router.h"
@@ -30,11 +27,25 @@
 namespace konn::server {
 namespace {
 
-constexpr int kMaxMessageBytes = 16 * 1024 * 1024;
+constexpr size_t kMaxMessageBytes = 16 * 1024 * 1024;
+constexpr char kProxyPath[] = "/ProxyService/Proxy";
+constexpr char kConnectPath[] = "/AgentService/Connect";
 
-int millis(Duration d) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-  return ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms);
+// Unlimited in effect: kube-apiserver shares one HTTP/2 connection for all its dials, and
+// --max-frontend-streams is the limit that counts.
+constexpr uint32_t kUnlimitedStreams = 0x7fffffff;
+// gRPC's defaults for a server's policing of client PINGs: at most one per 5 minutes, none while
+// no call is open; agents may ping every 30 s, with or without calls (as upstream allows).
+constexpr std::chrono::minutes kFrontendMinPingInterval{5};
+constexpr std::chrono::seconds kAgentMinPingInterval{30};
+
+std::chrono::milliseconds to_millis(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d);
+}
+
+// The io_context a listener's connection runs on (its transport's executor).
+asio::io_context& home_of(const core::h2::Connection& conn) {
+  return static_cast<asio::io_context&>(asio::query(conn.executor(), asio::execution::context));
 }
 
 std::string bind_spec(const std::string& address, int port) {
@@ -45,7 +56,7 @@ std::string bind_spec(const std::string& address, int port) {
 
 // How often a draining server looks whether its tunnels are gone (they end on many threads).
 constexpr std::chrono::milliseconds kDrainPoll{50};
-constexpr std::chrono::milliseconds kAgentCallsWait{5000};
+constexpr std::chrono::milliseconds kConnectionsWait{5000};
 
 }  // namespace
 
@@ -56,8 +67,7 @@ ServerApp::~ServerApp() { shutdown(); }
 
 void ServerApp::start() {
   if (auto ciphers = options_.openssl_ciphers(); !ciphers.empty()) {
-    // gRPC core reads its TLS 1.2 cipher list from the environment, once, for every listener.
-    ::setenv("GRPC_SSL_CIPHER_SUITES", ciphers.c_str(), 1);
+    // Every TLS listener's context is built with them (ReloadingServerContext).
     KONN_LOG(log_, info, "TLS 1.2 cipher suites restricted to {}", ciphers);
   }
   timers_guard_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
@@ -72,105 +82,17 @@ void ServerApp::start() {
   }
   if (!options_.agent_namespace.empty()) start_token_review();
   start_admin();
-  proxy_service_ = std::make_unique<ProxyServiceImpl>(*router_);
-  agent_service_ = std::make_unique<AgentServiceImpl>(*router_);
-
-  // With the frontend on a unix socket (kube-apiserver's usual set-up), one gRPC server serves
-  // both services, so one thread polls every connection and runs every reaction: with two
-  // servers, each draining its own queue, gRPC's poller role passed between two threads and a
-  // packet often crossed from one to the other. Each service admits only the peers of its own
-  // listener (from_unix_socket). Channel arguments are per server, so the frontend keeps a server
-  // of its own when its keepalive differs from the agents'.
-  const bool shared = options_.mode != "http-connect" && !options_.uds_name.empty() &&
-                      options_.frontend_keepalive_time == options_.keepalive_time;
-  auto add_unix_frontend = [this](grpc::ServerBuilder& b) {
-    if (options_.delete_existing_uds_file) core::net::remove_stale_socket(options_.uds_name);
-    b.AddListeningPort("unix:" + options_.uds_name, grpc::InsecureServerCredentials());
-  };
-  // umask 0007 while binding: the unix socket is created 0770 (owner and group only).
-  auto build_with_umask = [](grpc::ServerBuilder& b) {
-    mode_t old = ::umask(0007);
-    auto server = b.BuildAndStart();
-    ::umask(old);
-    return server;
-  };
+  // Every connection, frontend or agent, lives on one worker of this pool, which runs its calls'
+  // reactions; a frontend's connection goes beside the agent connection its dial will most
+  // likely use, so a packet crosses no thread between the two.
+  pool_ = std::make_unique<core::io::WorkerPool>(0, "server-worker");
+  pool_->start();
   if (options_.mode == "http-connect") {
     start_http_connect();
-  } else if (!shared) {
-    // Frontend: kube-apiserver shares one HTTP/2 connection for all its dials, so the number of
-    // concurrent streams is left unlimited.
-    grpc::ServerBuilder b;
-    b.SetMaxReceiveMessageSize(kMaxMessageBytes);
-    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options_.frontend_keepalive_time));
-    b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                         millis(options_.tls_handshake_timeout));
-    b.RegisterService(proxy_service_.get());
-    auto cq = b.AddCompletionQueue();
-    if (!options_.uds_name.empty()) {
-      add_unix_frontend(b);
-      frontend_server_ = build_with_umask(b);
-      if (!frontend_server_) {
-        throw std::runtime_error("cannot serve the frontend on unix socket " + options_.uds_name);
-      }
-      KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
-    } else {
-      auto creds = core::tls::grpc_server_credentials(options_.server_cert, options_.server_key,
-                                                      options_.server_ca_cert, reload_seconds());
-      b.AddListeningPort(bind_spec(options_.server_bind_address, options_.server_port), creds,
-                         &frontend_port_);
-      frontend_server_ = b.BuildAndStart();
-      if (!frontend_server_ || frontend_port_ == 0) {
-        throw std::runtime_error("cannot serve the frontend on " +
-                                 bind_spec(options_.server_bind_address, options_.server_port));
-      }
-      KONN_LOG(log_, info, "frontend (grpc, mTLS) listening on {}",
-               bind_spec(options_.server_bind_address, frontend_port_));
-    }
-    // Only the arrival of calls: their operations complete on the agent streams' queue.
-    frontend_driver_ =
-        std::make_unique<core::tunnel::CompletionDriver>("frontend-calls", std::move(cq));
+  } else {
+    start_grpc_frontend();
   }
-  // Agents: always TLS; mTLS when --cluster-ca-cert is given.
-  {
-    grpc::ServerBuilder b;
-    b.SetMaxReceiveMessageSize(kMaxMessageBytes);
-    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, millis(options_.keepalive_time));
-    b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    // A connection that does not finish its TLS handshake in time is dropped (gRPC's default
-    // waits 120 s); counted nowhere, gRPC core does it.
-    b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                         millis(options_.tls_handshake_timeout));
-    // Accept agent pings every 30 s or slower, as upstream's enforcement policy does.
-    b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 30000);
-    b.RegisterService(agent_service_.get());
-    if (shared) {
-      b.RegisterService(proxy_service_.get());
-      add_unix_frontend(b);
-    }
-    auto cq = b.AddCompletionQueue();
-    auto creds = core::tls::grpc_server_credentials(options_.cluster_cert, options_.cluster_key,
-                                                    options_.cluster_ca_cert, reload_seconds());
-    b.AddListeningPort(bind_spec(options_.agent_bind_address, options_.agent_port), creds,
-                       &agent_port_);
-    agent_server_ = shared ? build_with_umask(b) : b.BuildAndStart();
-    if (!agent_server_ || agent_port_ == 0) {
-      throw std::runtime_error(
-          "cannot listen for agents on " +
-          bind_spec(options_.agent_bind_address, options_.agent_port) +
-          (shared ? " or serve the frontend on unix socket " + options_.uds_name : ""));
-    }
-    agent_driver_ = std::make_unique<core::tunnel::CompletionDriver>("grpc-streams", std::move(cq));
-    agent_service_->accept(*agent_driver_, shared);
-    if (frontend_driver_) proxy_service_->accept(*frontend_driver_, agent_driver_->cq(), false);
-    if (shared) {
-      proxy_service_->accept(*agent_driver_, agent_driver_->cq(), true);
-      KONN_LOG(log_, info, "frontend (grpc) listening on unix:{} (served with the agents)",
-               options_.uds_name);
-    }
-    KONN_LOG(log_, info, "agent listener (grpc, {}) on {}",
-             options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
-             bind_spec(options_.agent_bind_address, agent_port_));
-  }
+  start_agent_listener();
   // Published only now: a lease tells agents there is one more server to reach.
   if (options_.enable_lease_controller) start_leases();
 }
@@ -204,13 +126,7 @@ void ServerApp::start_token_review() {
            options_.agent_service_account);
 }
 
-unsigned ServerApp::reload_seconds() const {
-  return static_cast<unsigned>(
-      std::chrono::duration_cast<std::chrono::seconds>(options_.cert_reload_interval).count());
-}
-
 void ServerApp::start_http_connect() {
-  pool_ = std::make_unique<core::io::WorkerPool>();
   http_connect_ = std::make_unique<HttpConnectServer>(*router_, *pool_);
   if (!options_.uds_name.empty()) {
     http_connect_->listen_unix(options_.uds_name, options_.delete_existing_uds_file);
@@ -227,7 +143,129 @@ void ServerApp::start_http_connect() {
     KONN_LOG(log_, info, "frontend (http-connect, mTLS) listening on {}",
              bind_spec(options_.server_bind_address, frontend_port_));
   }
-  pool_->start();
+}
+
+size_t ServerApp::worker_index(const asio::io_context& ctx) const {
+  for (size_t i = 0; i < pool_->size(); ++i) {
+    if (&pool_->at(i) == &ctx) return i;
+  }
+  return 0;
+}
+
+void ServerApp::start_grpc_frontend() {
+  core::h2::ListenerOptions lo;
+  lo.name = "frontend";
+  lo.connection.max_concurrent_streams = kUnlimitedStreams;
+  lo.connection.max_message_bytes = kMaxMessageBytes;
+  lo.connection.keepalive_interval = to_millis(options_.frontend_keepalive_time);
+  lo.connection.min_peer_ping_interval = kFrontendMinPingInterval;
+  lo.connection.peer_pings_without_calls = false;
+  lo.handshake_timeout = to_millis(options_.tls_handshake_timeout);
+  lo.place = [this] {
+    if (auto home = router_->backends().likely_home()) return pool_->place_at(*home);
+    return pool_->place();
+  };
+  auto on_accept = [this](const std::shared_ptr<core::h2::Connection>& conn,
+                          const core::h2::PeerInfo& peer) -> core::h2::Connection::CallHandler {
+    auto& home = home_of(*conn);
+    return [this, &home, peer](const std::shared_ptr<core::h2::Stream>& stream,
+                               const core::h2::CallInfo& call) {
+      if (call.path != kProxyPath) {
+        stream->finish({core::h2::grpc_code::kUnimplemented,
+                        "unknown method " + call.path + " (this listener serves " + kProxyPath +
+                            ")"});
+        return;
+      }
+      GrpcFrontend::serve(home, stream, peer, *router_);
+    };
+  };
+  frontend_listener_ =
+      std::make_unique<core::h2::Listener>(timers_, *pool_, std::move(lo), std::move(on_accept));
+  if (!options_.uds_name.empty()) {
+    try {
+      frontend_listener_->listen_unix(options_.uds_name, options_.delete_existing_uds_file, 0770);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot serve the frontend on unix socket " + options_.uds_name +
+                               ": " + e.what());
+    }
+    KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
+    return;
+  }
+  core::tls::ServerTlsConfig tls;
+  tls.cert_file = options_.server_cert;
+  tls.key_file = options_.server_key;
+  tls.client_ca_file = options_.server_ca_cert;
+  tls.alpn = {"h2"};
+  frontend_tls_ = std::make_unique<core::tls::ReloadingServerContext>(
+      timers_.get_executor(), std::move(tls), options_.openssl_ciphers(),
+      options_.cert_reload_interval, "frontend",
+      [this](std::shared_ptr<asio::ssl::context> ctx) {
+        frontend_listener_->set_tls_context(std::move(ctx));
+      });
+  frontend_listener_->set_tls_context(frontend_tls_->current());
+  try {
+    frontend_listener_->listen_tcp(options_.server_bind_address,
+                                   static_cast<uint16_t>(options_.server_port));
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot serve the frontend on " +
+                             bind_spec(options_.server_bind_address, options_.server_port) + ": " +
+                             e.what());
+  }
+  frontend_port_ = frontend_listener_->port();
+  KONN_LOG(log_, info, "frontend (grpc, mTLS) listening on {}",
+           bind_spec(options_.server_bind_address, frontend_port_));
+}
+
+void ServerApp::start_agent_listener() {
+  // Agents: always TLS; mTLS when --cluster-ca-cert is given.
+  core::h2::ListenerOptions lo;
+  lo.name = "agent";
+  lo.connection.max_message_bytes = kMaxMessageBytes;
+  lo.connection.keepalive_interval = to_millis(options_.keepalive_time);
+  lo.connection.min_peer_ping_interval = kAgentMinPingInterval;
+  lo.connection.peer_pings_without_calls = true;
+  lo.handshake_timeout = to_millis(options_.tls_handshake_timeout);
+  auto on_accept = [this](const std::shared_ptr<core::h2::Connection>& conn,
+                          const core::h2::PeerInfo& peer) -> core::h2::Connection::CallHandler {
+    auto& home = home_of(*conn);
+    size_t index = worker_index(home);
+    return [this, &home, index, peer](const std::shared_ptr<core::h2::Stream>& stream,
+                                      const core::h2::CallInfo& call) {
+      if (call.path != kConnectPath) {
+        stream->finish({core::h2::grpc_code::kUnimplemented,
+                        "unknown method " + call.path + " (this listener serves " +
+                            kConnectPath + ")"});
+        return;
+      }
+      Backend::serve(home, index, stream, call, peer, *router_);
+    };
+  };
+  agent_listener_ =
+      std::make_unique<core::h2::Listener>(timers_, *pool_, std::move(lo), std::move(on_accept));
+  core::tls::ServerTlsConfig tls;
+  tls.cert_file = options_.cluster_cert;
+  tls.key_file = options_.cluster_key;
+  tls.client_ca_file = options_.cluster_ca_cert;
+  tls.alpn = {"h2"};
+  agent_tls_ = std::make_unique<core::tls::ReloadingServerContext>(
+      timers_.get_executor(), std::move(tls), options_.openssl_ciphers(),
+      options_.cert_reload_interval, "agent",
+      [this](std::shared_ptr<asio::ssl::context> ctx) {
+        agent_listener_->set_tls_context(std::move(ctx));
+      });
+  agent_listener_->set_tls_context(agent_tls_->current());
+  try {
+    agent_listener_->listen_tcp(options_.agent_bind_address,
+                                static_cast<uint16_t>(options_.agent_port));
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot listen for agents on " +
+                             bind_spec(options_.agent_bind_address, options_.agent_port) + ": " +
+                             e.what());
+  }
+  agent_port_ = agent_listener_->port();
+  KONN_LOG(log_, info, "agent listener (grpc, {}) on {}",
+           options_.cluster_ca_cert.empty() ? "TLS" : "mTLS",
+           bind_spec(options_.agent_bind_address, agent_port_));
 }
 
 void ServerApp::start_admin() {
@@ -307,26 +345,14 @@ void ServerApp::begin_drain() {
     return;
   }
   drain_deadline_ = std::chrono::steady_clock::now() + grace;
-  // grpc::Server::Shutdown stops listening and refuses new calls at once, lets open calls run
-  // until the deadline, then cancels them; it blocks meanwhile, hence a thread each. The watch
-  // below decides when to end (no tunnel left, or the graceful timeout) and cancels the calls
-  // itself; gRPC's own deadline is only a backstop.
-  auto deadline = std::chrono::system_clock::now() +
-                  std::chrono::duration_cast<std::chrono::system_clock::duration>(grace) +
-                  std::chrono::seconds(10);
-  if (frontend_server_) {
-    frontend_stopper_ = std::thread([this, deadline] {
-      frontend_server_->Shutdown(deadline);
-      frontend_stopped_ = true;
-    });
+  // Stop listening and refuse new calls (GOAWAY) at once; open calls run on. The watch below
+  // decides when to end (no tunnel left, or the graceful timeout); shutdown() closes the rest.
+  for (auto* l : {frontend_listener_.get(), agent_listener_.get()}) {
+    if (l == nullptr) continue;
+    l->stop_accepting();
+    l->shutdown_connections();
   }
   if (http_connect_) http_connect_->stop();
-  if (agent_server_) {
-    agent_stopper_ = std::thread([this, deadline] {
-      agent_server_->Shutdown(deadline);
-      agent_stopped_ = true;
-    });
-  }
   KONN_LOG(log_, info, "draining: not ready, no new frontends or agents, {} tunnel(s) open",
            open_tunnels());
   auto timer = std::make_shared<asio::steady_timer>(signals_ctx_);
@@ -359,52 +385,12 @@ void ServerApp::shutdown() {
   draining_ = true;
   if (lease_stopper_.joinable()) lease_stopper_.join();
   if (leases_) leases_->stop();
-  auto now = std::chrono::system_clock::now();
-  // After a drain: cancel what is left (tunnels past the graceful timeout; agent streams, which
-  // never end by themselves), again until Shutdown returned, should a call have slipped in
-  // before Shutdown began refusing them.
-  auto finish = [](grpc::Server* server, std::thread& stopper, std::atomic<bool>& stopped) {
-    while (!stopped) {
-      grpc_server_cancel_all_calls(server->c_server());
-      std::this_thread::sleep_for(kDrainPoll);
-    }
-    stopper.join();
-  };
-  if (frontend_stopper_.joinable()) {
-    finish(frontend_server_.get(), frontend_stopper_, frontend_stopped_);
-  } else if (frontend_server_) {
-    frontend_server_->Shutdown(now);
-  }
+  // Whatever is still open (tunnels past the graceful timeout; agent streams, which never end by
+  // themselves) is closed: its calls end UNAVAILABLE on their workers, which then stop.
+  if (frontend_listener_) frontend_listener_->stop(std::chrono::milliseconds(0));
   if (http_connect_) http_connect_->stop();
-  if (agent_stopper_.joinable()) {
-    finish(agent_server_.get(), agent_stopper_, agent_stopped_);
-  } else if (agent_server_) {
-    agent_server_->Shutdown(now);
-  }
-  // Between the servers' shutdown, which cancelled every call, and their destruction: each
-  // queue still holds the last request for a call, whose completion reads its server, and each
-  // cancelled call (Backend, GrpcFrontend, both with operations on the agent streams' queue) has
-  // yet to issue its finish operation.
-  if (agent_driver_ || frontend_driver_) {
-    bool frontends_done = proxy_service_->wait_calls_done(kAgentCallsWait);
-    bool agents_done = agent_service_->wait_calls_done(kAgentCallsWait);
-    if (frontends_done && agents_done) {
-      frontend_driver_.reset();
-      agent_driver_.reset();
-    } else {
-      // Shutting a queue down now would abort the process: leave the queues and their servers
-      // to the process's exit.
-      KONN_LOG(log_, warn, "{} streams did not finish within {} ms; exiting without them",
-               frontends_done ? "agent" : "frontend", kAgentCallsWait.count());
-      (void)frontend_driver_.release();
-      (void)agent_driver_.release();
-      (void)frontend_server_.release();
-      (void)agent_server_.release();
-    }
-  }
+  if (agent_listener_) agent_listener_->stop(std::chrono::milliseconds(0));
   drain_watch_.reset();
-  frontend_server_.reset();
-  agent_server_.reset();
   if (pool_) pool_->stop();
   if (node_) node_->stop();
   http_connect_.reset();

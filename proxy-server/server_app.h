@@ -7,13 +7,13 @@
 #include <thread>
 
 #include <asio/io_context.hpp>
-#include <grpcpp/server.h>
 #include <spdlog/logger.h>
 
 #include "core/admin/admin_server.h"
 #include "core/io/worker_pool.h"
 #include "core/metrics/metrics.h"
-#include "core/tunnel/completion_driver.h"
+#include "core/h2/listener.h"
+#include "core/tls/reloading_context.h"
 #include "proxy-server/server_metrics.h"
 #include "proxy-server/server_options.h"
 
@@ -22,14 +22,13 @@ namespace konn::server {
 class Router;
 class HttpConnectServer;
 class TokenReviewer;
-class ProxyServiceImpl;
-class AgentServiceImpl;
 class LeaseController;
 class NodeService;
 
-// Wires one proxy-server: the Router, the frontend gRPC server (unix socket or TCP+mTLS), the
-// agent gRPC server (TLS, optionally mTLS), a timer thread, the lease controller, and signal
-// handling.
+// Wires one proxy-server: the Router, the frontend listener (gRPC on core/h2 over a unix socket or
+// TCP+mTLS, or HTTP CONNECT), the agent listener (gRPC on core/h2, TLS, optionally mTLS), the
+// worker pool that runs their connections, a timer thread (which also accepts), the lease
+// controller, and signal handling.
 //
 // Shutdown (first SIGTERM/SIGINT): the server turns not-ready (`/readyz` fails its `shutdown`
 // check), deletes its lease, stops accepting frontends and agents, lets open tunnels run, and
@@ -67,7 +66,10 @@ class ServerApp {
   void start_admin();
   void start_leases();
   void start_http_connect();
-  unsigned reload_seconds() const;
+  void start_grpc_frontend();
+  void start_agent_listener();
+  // The index in pool_ of a worker's context.
+  size_t worker_index(const asio::io_context& ctx) const;
   void start_token_review();
 
   const ServerOptions& options_;
@@ -82,19 +84,18 @@ class ServerApp {
   std::unique_ptr<Router> router_;
   std::unique_ptr<TokenReviewer> reviewer_;
   std::unique_ptr<LeaseController> leases_;
-  std::unique_ptr<ProxyServiceImpl> proxy_service_;
-  std::unique_ptr<AgentServiceImpl> agent_service_;
-  std::unique_ptr<grpc::Server> frontend_server_;
+  // Runs every frontend and agent connection (and the CONNECT frontend); declared after the
+  // router, which the reactions use, so it stops first.
   std::unique_ptr<core::io::WorkerPool> pool_;
+  // gRPC mode: ProxyService on the unix socket or TCP+mTLS; its certificate files, when TLS.
+  std::unique_ptr<core::h2::Listener> frontend_listener_;
+  std::unique_ptr<core::tls::ReloadingServerContext> frontend_tls_;
   std::unique_ptr<HttpConnectServer> http_connect_;
   // --node-to-control-plane-destinations: the tunnels agents open towards the control plane.
   std::unique_ptr<NodeService> node_;
-  std::unique_ptr<grpc::Server> agent_server_;
-  // Drains agent_server_'s completion queue: the reactions of the agent streams, and of the gRPC
-  // frontend's calls, run on its thread.
-  std::unique_ptr<core::tunnel::CompletionDriver> agent_driver_;
-  // Drains frontend_server_'s queue, where only the arrival of its calls is announced.
-  std::unique_ptr<core::tunnel::CompletionDriver> frontend_driver_;
+  // AgentService: TLS (mTLS with --cluster-ca-cert), and its certificate files.
+  std::unique_ptr<core::h2::Listener> agent_listener_;
+  std::unique_ptr<core::tls::ReloadingServerContext> agent_tls_;
   asio::io_context signals_ctx_;
   int agent_port_ = 0;
   int frontend_port_ = 0;
@@ -102,10 +103,6 @@ class ServerApp {
   std::atomic<bool> draining_{false};
   std::chrono::steady_clock::time_point drain_deadline_;  // signals_ctx_ only
   std::thread lease_stopper_;     // deletes the lease while the tunnels drain
-  std::thread frontend_stopper_;  // grpc::Server::Shutdown(deadline) of the frontend
-  std::thread agent_stopper_;     // and of the agent listener
-  std::atomic<bool> frontend_stopped_{false};
-  std::atomic<bool> agent_stopped_{false};
   std::shared_ptr<std::function<void()>> drain_watch_;  // signals_ctx_ only
 };
 

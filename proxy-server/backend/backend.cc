@@ -14,70 +14,33 @@ namespace konn::server {
 using core::tunnel::describe;
 using core::tunnel::make_close_request;
 
-namespace {
+Backend::Backend(Router& router) : router_(router), log_(core::log::get("server.backend")) {}
 
-std::vector<std::string> metadata_values(const grpc::ServerContext& ctx, const std::string& key) {
+void Backend::serve(asio::io_context& home, size_t home_index,
+                    const std::shared_ptr<core::h2::Stream>& stream,
+                    const core::h2::CallInfo& call, const core::h2::PeerInfo& peer,
+                    Router& router) {
+  auto b = std::make_shared<Backend>(router);
+  b->self_ = b;
+  b->home_index_ = home_index;
+  b->peer_ = peer.address;
+  b->metadata_ = call.metadata;
+  if (peer.certificate) b->certificate_ = peer.certificate->names;
+  b->attach(home, stream);
+  router.metrics().grpc_connect.Increment();
+  b->begin();
+}
+
+std::vector<std::string> Backend::metadata_values(std::string_view key) const {
   std::vector<std::string> out;
-  auto range = ctx.client_metadata().equal_range(key);
-  for (auto it = range.first; it != range.second; ++it) {
-    out.emplace_back(it->second.data(), it->second.size());
+  for (const auto& [k, v] : metadata_) {
+    if (k == key) out.push_back(v);
   }
   return out;
 }
 
-}  // namespace
-
-Backend::Backend(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
-                 LiveCalls& live, Router& router)
-    : service_(service),
-      driver_(driver),
-      live_(live),
-      router_(router),
-      log_(core::log::get("server.backend")) {}
-
-void Backend::accept(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
-                     LiveCalls& live, Router& router, bool shared_listener) {
-  auto b = std::make_shared<Backend>(service, driver, live, router);
-  b->self_ = b;
-  b->shared_listener_ = shared_listener;
-  // Counted from the request on: a call accepted just before the server's shutdown still has
-  // its first reactions to run, and they start operations on the queue.
-  b->prepare_request(live);
-  service.RequestConnect(&b->call_->ctx, &b->call_->stream, driver.cq(), driver.server_cq(),
-                         core::tunnel::hand_over(&b->accepted_tag_));
-}
-
-void Backend::on_accepted(bool ok) {
-  if (!ok) {
-    // The server is shutting down: no call came, and no other completion will (the done
-    // notification only comes for a call that started).
-    live_.remove();
-    self_.reset();  // destroys this
-    return;
-  }
-  accept(service_, driver_, live_, router_, shared_listener_);
-  peer_ = call_->ctx.peer();
-  router_.metrics().grpc_connect.Increment();
-  begin();
-}
-
-void Backend::on_metadata_sent(bool ok) {
-  OnSendInitialMetadataDone(ok);
-  settle();
-}
-
 void Backend::begin() {
-  if (shared_listener_ && from_unix_socket(peer_)) {
-    KONN_LOG(
-        log_, warn,
-        "agent stream from {} refused: agents connect over TCP, not the frontend's unix socket",
-        peer_);
-    router_.metrics().agent_rejected("listener");
-    close(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                       "AgentService is not served on the frontend's unix socket"));
-    return;
-  }
-  auto ids = metadata_values(call_->ctx, "agentid");
+  auto ids = metadata_values("agentid");
   if (ids.size() != 1) {
     KONN_LOG(log_, warn, "agent from {} rejected: expected one agentid header, got {}", peer_,
              ids.size());
@@ -87,7 +50,7 @@ void Backend::begin() {
     return;
   }
   agent_id_ = ids.front();
-  auto idents = metadata_values(call_->ctx, "agentidentifiers");
+  auto idents = metadata_values("agentidentifiers");
   if (idents.size() > 1) {
     router_.metrics().agent_rejected("metadata");
     close(grpc::Status(
@@ -110,7 +73,7 @@ void Backend::begin() {
   identifiers_header_ = idents.empty() ? "" : idents.front();
   if (router_.options().verify_agent_identifiers == "cert" && !identifiers_proven()) return;
   if (auto* reviewer = router_.reviewer()) {
-    auto auth = metadata_values(call_->ctx, "authorization");
+    auto auth = metadata_values("authorization");
     const std::string prefix = "Bearer ";
     if (auth.size() != 1 || auth.front().rfind(prefix, 0) != 0) {
       KONN_LOG(log_, warn,
@@ -140,10 +103,7 @@ void Backend::begin() {
 
 bool Backend::identifiers_proven() {
   std::string why;
-  auto pems = call_->ctx.auth_context()->FindPropertyValues("x509_pem_cert");
-  std::optional<core::tls::CertificateNames> cert;
-  if (!pems.empty())
-    cert = core::tls::certificate_names(std::string(pems.front().data(), pems.front().size()));
+  const auto& cert = certificate_;
   if (!cert) {
     why = "no client certificate to prove its identifiers";
   } else if (auto unproven =
@@ -163,26 +123,25 @@ bool Backend::identifiers_proven() {
 
 void Backend::admit() {
   const auto& opts = router_.options();
-  auto flow = metadata_values(call_->ctx, core::tunnel::kFlowControlHeader);
+  auto flow = metadata_values(core::tunnel::kFlowControlHeader);
   flow_control_ = flow.size() == 1 && flow.front() == core::tunnel::kFlowControlVersion;
-  auto half = metadata_values(call_->ctx, core::tunnel::kHalfCloseHeader);
+  auto half = metadata_values(core::tunnel::kHalfCloseHeader);
   half_close_ = half.size() == 1 && half.front() == core::tunnel::kHalfCloseVersion;
   // Node to control plane: confirmed only to an agent that asked, and only when enabled here.
-  auto node = metadata_values(call_->ctx, core::tunnel::kNodeToControlPlaneHeader);
+  auto node = metadata_values(core::tunnel::kNodeToControlPlaneHeader);
   bool node_asked = node.size() == 1 && node.front() == core::tunnel::kNodeToControlPlaneVersion;
   if (node_asked && router_.node() != nullptr) node_table_ = NodeService::new_table();
 
-  call_->ctx.AddInitialMetadata("serverid", opts.server_id);
-  call_->ctx.AddInitialMetadata("servercount", std::to_string(opts.server_count));
+  core::h2::Metadata headers{{"serverid", opts.server_id},
+                             {"servercount", std::to_string(opts.server_count)}};
   if (flow_control_) {
-    call_->ctx.AddInitialMetadata(core::tunnel::kFlowControlHeader,
-                                  core::tunnel::kFlowControlVersion);
+    headers.emplace_back(core::tunnel::kFlowControlHeader, core::tunnel::kFlowControlVersion);
   }
   if (node_table_) {
-    call_->ctx.AddInitialMetadata(core::tunnel::kNodeToControlPlaneHeader,
-                                  core::tunnel::kNodeToControlPlaneVersion);
+    headers.emplace_back(core::tunnel::kNodeToControlPlaneHeader,
+                         core::tunnel::kNodeToControlPlaneVersion);
   }
-  call_->stream.SendInitialMetadata(tag(&metadata_tag_));
+  send_headers(std::move(headers));
   router_.add_backend(self_);
   registered_ = true;
   size_t same = router_.backends().streams_of(agent_id_);
@@ -193,10 +152,6 @@ void Backend::admit() {
                        : (node_asked ? " nodeToControlPlane=false (not enabled here)" : ""),
            same > 1 ? " (duplicate agent id: newest stream takes new dials)" : "");
   start_reading();
-}
-
-void Backend::OnSendInitialMetadataDone(bool ok) {
-  if (!ok) close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "agent stream broken"), true);
 }
 
 void Backend::on_queued(const Packet& p) {
@@ -337,13 +292,11 @@ void Backend::OnDone() {
   mark_done();
   if (!cancelled_by_us_) {
     router_.metrics().call_errors(ServerMetrics::FromAgent, ServerMetrics::ToAgent,
-                                  call_->ctx.IsCancelled(), failed_write_type_);
+                                  peer_cancelled(), failed_write_type_);
   }
   // After the errors are counted: whoever sees the gauge drop sees them too.
   router_.metrics().grpc_connect.Decrement();
   on_read_end();  // idempotent; covers streams finished before reading began
-  call_.reset();
-  live_.remove();
   self_.reset();  // may destroy this
 }
 

@@ -4,46 +4,51 @@
 #include <memory>
 #include <string>
 
-#include <grpcpp/server_context.h>
+#include <optional>
+#include <string_view>
+#include <vector>
+
 #include <spdlog/logger.h>
 
+#include "core/h2/listener.h"
+#include "core/tls/certificate_names.h"
 #include "core/tunnel/agent_identifiers.h"
-#include "core/tunnel/async_packet_stream.h"
-#include "core/tunnel/completion_driver.h"
-#include "konnectivity/agent.grpc.pb.h"
+#include "core/tunnel/h2_server_stream.h"
+#include "konnectivity/agent.pb.h"
 #include "proxy-agent/connection_table.h"
 #include "proxy-server/tunnel/connection_table.h"
 
 namespace konn::server {
 
 class Router;
-using core::tunnel::LiveCalls;
 
 // One agent's `AgentService/Connect` stream: the backend that carries many tunnels. Its read
 // loop is never paused for one tunnel's sake (no head-of-line blocking): packets are handed to
 // their frontend, which queues or closes alone. See docs/ARCHITECTURE.md for the packet flow.
 //
-// Exception to STYLE's "gRPC callback reactors for the gRPC streams": agent streams run on
-// gRPC's completion-queue API, their reactions on one CompletionDriver thread, because the
-// callback API's thread hand-offs were most of the server's context switches per round trip and
-// per dial (docs/performance.md). The reactions keep the callback API's contract: at most one
-// read and one write outstanding (PacketStream), OnDone once the call is over, every operation
-// completed and the finish operation issued.
+// Exception to STYLE's "gRPC callback reactors for the gRPC streams": the call runs on the
+// project's own HTTP/2 (core/h2, H2ServerStream), on the worker thread that owns the agent's
+// connection, because gRPC C++'s thread hand-offs and wake-ups were most of the server's cost per
+// round trip and per dial (docs/performance.md). A frontend placed on the same worker hands its
+// packets over inline. The reactions keep the callback API's contract (PacketStream's rules;
+// OnDone once the call is over).
 //
 // Exception to STYLE rule 7's `delete this`: the reactor is owned by a shared_ptr to itself
 // (`self_`) released in OnDone, because frontends hold it too and must be able to call send()
 // safely after the stream ended.
-class Backend : public core::tunnel::AsyncServerStream<Backend> {
+class Backend : public core::tunnel::H2ServerStream {
  public:
-  // Asks for the next agent call on `driver`'s server queue. When one arrives, its Backend asks
-  // for the next one and then serves it: it validates the agent's metadata, answers with
-  // serverid/servercount headers, registers, and starts reading. On bad metadata the stream is
-  // finished with the reason. When the server shuts down, the request ends and nothing more is
-  // asked for.
-  // `shared_listener`: the server also serves ProxyService on a unix socket; a Connect call
-  // that came in through that socket is refused (agents reach the server over TCP only).
-  static void accept(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
-                     LiveCalls& live, Router& router, bool shared_listener);
+  // Serves one Connect call (from the agent listener's CallHandler, on the connection's thread,
+  // `home`): validates the agent's metadata (and its certificate for
+  // --verify-agent-identifiers=cert), answers with serverid/servercount headers, registers, and
+  // starts reading. On bad metadata the call is finished with the reason.
+  // `home_index`: the worker's index in the server's pool (BackendRegistry::likely_home).
+  static void serve(asio::io_context& home, size_t home_index,
+                    const std::shared_ptr<core::h2::Stream>& stream,
+                    const core::h2::CallInfo& call, const core::h2::PeerInfo& peer,
+                    Router& router);
+
+  size_t home_index() const { return home_index_; }
 
   const std::string& agent_id() const { return agent_id_; }
   const core::tunnel::AgentIdentifiers& identifiers() const { return identifiers_; }
@@ -60,19 +65,11 @@ class Backend : public core::tunnel::AsyncServerStream<Backend> {
   void forget_connection(int64_t connect_id) { connections_.take(connect_id); }
   size_t connection_count() const { return connections_.size(); }
 
-  // Public only for make_shared; use accept().
-  Backend(AgentService::AsyncService& service, core::tunnel::CompletionDriver& driver,
-          LiveCalls& live, Router& router);
+  // Public only for make_shared; use serve().
+  explicit Backend(Router& router);
 
  private:
-  friend class core::tunnel::AsyncPacketStream<Backend>;
-  // Completions, on the driver's thread (reads, writes, the finish and the done notification
-  // complete in AsyncPacketStream).
-  void on_accepted(bool ok);
-  void on_metadata_sent(bool ok);
-  void call_over() { OnDone(); }
-  // The reactions, named as in the callback API.
-  void OnSendInitialMetadataDone(bool ok);
+  void call_over() override { OnDone(); }
   void OnDone();
 
   void begin();
@@ -81,6 +78,8 @@ class Backend : public core::tunnel::AsyncServerStream<Backend> {
   // --verify-agent-identifiers=cert: whether the client certificate proves every identifier;
   // if not, the stream is finished with PERMISSION_DENIED (logged, counted).
   bool identifiers_proven();
+  // The request's values of `key`.
+  std::vector<std::string> metadata_values(std::string_view key) const;
 
   void on_packet(Packet&& p) override;
   void on_read_end() override;
@@ -88,18 +87,14 @@ class Backend : public core::tunnel::AsyncServerStream<Backend> {
 
   void on_dial_response(Packet&& p);
 
-  AgentService::AsyncService& service_;
-  core::tunnel::CompletionDriver& driver_;
-  LiveCalls& live_;
-  using Self = Backend;
-  core::tunnel::MemberTag<Self, &Self::on_accepted> accepted_tag_{this};
-  core::tunnel::MemberTag<Self, &Self::on_metadata_sent> metadata_tag_{this};
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
   std::shared_ptr<Backend> self_;
   std::string agent_id_;
   std::string peer_;
-  bool shared_listener_ = false;
+  size_t home_index_ = 0;
+  core::h2::Metadata metadata_;  // the request's
+  std::optional<core::tls::CertificateNames> certificate_;  // the client's, when it sent one
   std::string identifiers_header_;
   core::tunnel::AgentIdentifiers identifiers_;
   bool flow_control_ = false;

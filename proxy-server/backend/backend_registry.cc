@@ -41,6 +41,18 @@ std::shared_ptr<Backend> BackendRegistry::pick(std::string_view dest_host) {
   return agents_[backends[*chosen]->agent_id()].back();
 }
 
+std::optional<size_t> BackendRegistry::likely_home() {
+  std::lock_guard lock(mu_);
+  std::vector<const Backend*> usable;
+  usable.reserve(agents_.size());
+  for (const auto& [id, streams] : agents_) {
+    if (!streams.back()->draining()) usable.push_back(streams.back().get());
+  }
+  if (usable.empty()) return std::nullopt;
+  std::uniform_int_distribution<size_t> any(0, usable.size() - 1);
+  return usable[any(rng_)]->home_index();
+}
+
 bool BackendRegistry::ready() const {
   // Ready when the first strategy can route anywhere (for destHost: any agent announced an
   // address at all), as upstream decides readiness.

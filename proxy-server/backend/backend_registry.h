@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -25,6 +26,9 @@ class BackendRegistry {
   void remove(const Backend* backend);
   // Picks a backend for a dial to `dest_host` (no port). nullptr: "No agent available".
   std::shared_ptr<Backend> pick(std::string_view dest_host);
+  // The worker (WorkerPool index) of the agent stream a dial would most likely go to now: the
+  // newest stream of a random agent that is not draining. nullopt: no agent.
+  std::optional<size_t> likely_home();
   // Ready when the first strategy could route somewhere (upstream's readiness rule).
   bool ready() const;
   size_t agent_count() const;

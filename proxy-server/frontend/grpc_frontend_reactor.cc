@@ -34,53 +34,25 @@ const char* GrpcFrontend::to_string(State s) {
   return "?";
 }
 
-GrpcFrontend::GrpcFrontend(ProxyService::AsyncService& service,
-                           core::tunnel::CompletionDriver& notify, grpc::CompletionQueue* calls,
-                           core::tunnel::LiveCalls& live, Router& router)
-    : service_(service),
-      notify_(notify),
-      calls_(calls),
-      live_(live),
-      router_(router),
-      log_(core::log::get("server.frontend")) {
+GrpcFrontend::GrpcFrontend(Router& router)
+    : router_(router), log_(core::log::get("server.frontend")) {
   to_agent_listener_.owner = this;
   to_client_listener_.owner = this;
 }
 
 GrpcFrontend::~GrpcFrontend() { cancel_timer(); }
 
-void GrpcFrontend::accept(ProxyService::AsyncService& service,
-                          core::tunnel::CompletionDriver& notify, grpc::CompletionQueue* calls,
-                          core::tunnel::LiveCalls& live, Router& router, bool shared_listener) {
-  std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(service, notify, calls, live, router));
+void GrpcFrontend::serve(asio::io_context& home, const std::shared_ptr<core::h2::Stream>& stream,
+                         const core::h2::PeerInfo& peer, Router& router) {
+  std::shared_ptr<GrpcFrontend> f(new GrpcFrontend(router));
   f->self_ = f;
-  f->shared_listener_ = shared_listener;
-  f->prepare_request(live);
-  service.RequestProxy(&f->call_->ctx, &f->call_->stream, calls, notify.server_cq(),
-                       core::tunnel::hand_over(&f->accepted_tag_));
-}
-
-void GrpcFrontend::on_accepted(bool ok) {
-  if (!ok) {
-    // The server is shutting down: no call came, and no other completion will.
-    live_.remove();
-    self_.reset();  // destroys this
-    return;
-  }
-  accept(service_, notify_, calls_, live_, router_, shared_listener_);
-  peer_ = call_->ctx.peer();
-  begin();
+  f->peer_ = peer.address;
+  f->attach(home, stream);
+  f->begin();
 }
 
 void GrpcFrontend::begin() {
   router_.metrics().grpc_proxy.Increment();
-  if (shared_listener_ && !from_unix_socket(peer_)) {
-    KONN_LOG(log_, warn,
-             "Proxy call from {} refused: the frontend is served on the unix socket only", peer_);
-    close(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                       "ProxyService is served on the unix socket only"));
-    return;
-  }
   if (!router_.acquire_frontend(peer_)) {
     close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                        "too many frontend streams (limit " +
@@ -606,7 +578,7 @@ void GrpcFrontend::OnDone() {
   mark_done();
   if (!cancelled_by_us_) {
     router_.metrics().call_errors(ServerMetrics::FromClient, ServerMetrics::ToClient,
-                                  call_->ctx.IsCancelled(), failed_write_type_);
+                                  peer_cancelled(), failed_write_type_);
   }
   // After the errors are counted: whoever sees the gauge drop sees them too.
   router_.metrics().grpc_proxy.Decrement();
@@ -631,8 +603,6 @@ void GrpcFrontend::OnDone() {
                 "tunnel closed: {} address={} from_client={}B to_client={}B "
                 "duration={}ms",
                 close_reason_, address_, bytes_from_client_.load(), bytes_to_client_.load(), ms);
-  call_.reset();
-  live_.remove();
   auto keep = std::move(self_);  // destroyed last, possibly with this
 }
 

@@ -6,15 +6,14 @@
 #include <mutex>
 #include <string>
 
-#include <grpcpp/server_context.h>
 #include <spdlog/logger.h>
 
-#include "core/tunnel/async_packet_stream.h"
-#include "core/tunnel/completion_driver.h"
+#include "core/h2/listener.h"
 #include "core/tunnel/credit.h"
 #include "core/tunnel/deadlines.h"
+#include "core/tunnel/h2_server_stream.h"
 #include "core/tunnel/quiet_timer.h"
-#include "konnectivity/client.grpc.pb.h"
+#include "konnectivity/client.pb.h"
 #include "proxy-server/tunnel/frontend.h"
 
 namespace konn::server {
@@ -33,25 +32,22 @@ class Router;
 //    lets its queue pass the cap has its tunnel closed alone, so the agent stream never stalls.
 //
 // Exception to STYLE's "gRPC callback reactors for the gRPC streams", as for Backend: the call
-// runs on gRPC's completion-queue API, its operations completing on the agent streams' driver
-// thread, so that a packet goes from the client's stream to the agent's and back without
-// changing threads (docs/performance.md). Only the call's arrival is announced on the frontend
-// server's own queue and driver. The reactions keep the callback API's contract (PacketStream's
-// rules; OnDone once every operation completed and the finish was issued), and may run on either
-// driver's thread or the timer thread: everything below is thread-safe as it was for callbacks.
+// runs on core/h2 (H2ServerStream), on the worker thread that owns the client's connection. The
+// frontend listener places a new connection on the worker of the agent connection its dial will
+// most likely use, so that a packet goes from the client's stream to the agent's and back without
+// changing threads (docs/performance.md). The reactions keep the callback API's contract
+// (PacketStream's rules; OnDone once the call is over), and may run on the home worker, another
+// worker (a backend elsewhere) or the timer thread: everything below is thread-safe as it was for
+// callbacks.
 //
 // Lifetime: as Backend (shared_ptr to self until OnDone). `mu_` guards the tunnel state; it is
 // never held while calling send()/close() or into the backend.
-class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, public Frontend {
+class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
  public:
-  // Asks for the next Proxy call. Its arrival is announced on `notify`'s server queue (the
-  // frontend server's); its operations complete on `calls`. When it arrives, its GrpcFrontend
-  // asks for the next one and serves it. When the server shuts down, the request ends and
-  // nothing more is asked for. `shared_listener`: the server also serves AgentService on TCP; a
-  // Proxy call that did not come in through the unix socket is refused.
-  static void accept(ProxyService::AsyncService& service, core::tunnel::CompletionDriver& notify,
-                     grpc::CompletionQueue* calls, core::tunnel::LiveCalls& live, Router& router,
-                     bool shared_listener);
+  // Serves one Proxy call (from the frontend listener's CallHandler, on the connection's thread,
+  // `home`): takes a --max-frontend-streams slot and starts reading.
+  static void serve(asio::io_context& home, const std::shared_ptr<core::h2::Stream>& stream,
+                    const core::h2::PeerInfo& peer, Router& router);
   ~GrpcFrontend() override;
 
   // Frontend (called from the backend's read loop).
@@ -64,7 +60,6 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
   std::string log_prefix() const override;
 
  private:
-  friend class core::tunnel::AsyncPacketStream<GrpcFrontend>;
   enum class State {
     Idle,         // no DIAL_REQ yet
     Dialing,      // DIAL_REQ sent to an agent, waiting for DIAL_RSP
@@ -85,13 +80,9 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
     void on_written(size_t bytes) override { owner->on_sent_to_client(bytes); }
   };
 
-  GrpcFrontend(ProxyService::AsyncService& service, core::tunnel::CompletionDriver& notify,
-               grpc::CompletionQueue* calls, core::tunnel::LiveCalls& live, Router& router);
+  explicit GrpcFrontend(Router& router);
 
-  // Completions (reads, writes, the finish and the done notification complete in
-  // AsyncPacketStream).
-  void on_accepted(bool ok);
-  void call_over() { OnDone(); }
+  void call_over() override { OnDone(); }
   // The call arrived: take a --max-frontend-streams slot, start reading.
   void begin();
   void OnDone();
@@ -124,13 +115,7 @@ class GrpcFrontend : public core::tunnel::AsyncServerStream<GrpcFrontend>, publi
   std::shared_ptr<GrpcFrontend> self_ptr();
   void set_reason(const std::string& reason);
 
-  ProxyService::AsyncService& service_;
-  core::tunnel::CompletionDriver& notify_;
-  grpc::CompletionQueue* calls_;
-  core::tunnel::LiveCalls& live_;
-  core::tunnel::MemberTag<GrpcFrontend, &GrpcFrontend::on_accepted> accepted_tag_{this};
   std::string peer_;  // set once the call arrived
-  bool shared_listener_ = false;
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
   std::shared_ptr<GrpcFrontend> self_;

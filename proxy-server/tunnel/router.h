@@ -15,13 +15,6 @@
 
 namespace konn::server {
 
-// Whether a gRPC call came in through a unix socket: gRPC names such a peer "unix:..." (TCP
-// peers are "ipv4:..." or "ipv6:..."). With one gRPC server for the frontend's unix socket and
-// the agents' TCP port, each service admits only the peers of its own listener.
-inline bool from_unix_socket(const std::string& grpc_peer) {
-  return grpc_peer.rfind("unix:", 0) == 0;
-}
-
 class TokenReviewer;
 class NodeService;
 

@@ -1,8 +1,6 @@
-// In gRPC mode with the frontend on a unix socket, one gRPC server serves ProxyService on the
-// socket and AgentService on the agents' TCP port. Each service must still answer only on its own
-// listener: an agent stream over the socket, or a Proxy call over the agent port, is refused, as
-// it is when each listener has a server of its own (--frontend-keepalive-time differing from
-// --keepalive-time).
+// In gRPC mode the frontend's listener (here a unix socket) and the agents' TCP port hand their
+// connections to one pool of worker threads. Each service must still answer only on its own
+// listener: an agent stream over the socket, or a Proxy call over the agent port, is refused.
 
 #include <dirent.h>
 #include <fstream>
@@ -91,31 +89,15 @@ void check_each_service_on_its_own_listener(TunnelStack& s) {
 }  // namespace
 
 TEST_CASE(
-    "grpc mode, unix socket: one gRPC server and one stream thread serve both listeners, "
-    "each service only on its own",
+    "grpc mode, unix socket: one pool of workers serves both listeners, each service only on its "
+    "own",
     "[e2e][listeners]") {
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;
-  CHECK(s.server.process().wait_for_log("(served with the agents)", 5s));
-  auto threads = thread_names(s.server.process().pid());
-  CHECK(threads.count("grpc-streams") == 1);
-  CHECK(threads.count("frontend-calls") == 0);
-  check_each_service_on_its_own_listener(s);
-}
-
-TEST_CASE(
-    "grpc mode, unix socket, a frontend keepalive unlike the agent keepalive: two gRPC servers, "
-    "each "
-    "service only on its own listener",
-    "[e2e][listeners]") {
-  KONN_REQUIRE_DAEMONS();
-  ServerSpec spec;
-  spec.extra_args = {"--frontend-keepalive-time=30m"};
-  TunnelStack s(spec);
   CHECK(s.server.process().wait_for_log("frontend (grpc) listening on unix:", 5s));
-  CHECK(s.server.process().count_in_log("(served with the agents)") == 0);
   auto threads = thread_names(s.server.process().pid());
-  CHECK(threads.count("grpc-streams") == 1);
-  CHECK(threads.count("frontend-calls") == 1);
+  CHECK(threads.count("server-worker-0") == 1);
+  CHECK(threads.count("grpc-streams") == 0);
+  CHECK(threads.count("frontend-calls") == 0);
   check_each_service_on_its_own_listener(s);
 }
