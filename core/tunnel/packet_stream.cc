@@ -2,20 +2,9 @@
 
 #include <optional>
 
-#include <grpc/grpc.h>
-
 #include "core/tunnel/packet.h"
 
 namespace konn::core::tunnel {
-
-void cancel_server_call(grpc::ServerContextBase& ctx, const grpc::Status& status) {
-  if (status.ok() || status.error_code() == grpc::StatusCode::CANCELLED) {
-    ctx.TryCancel();
-    return;
-  }
-  grpc_call_cancel_with_status(ctx.c_call(), static_cast<grpc_status_code>(status.error_code()),
-                               status.error_message().c_str(), nullptr);
-}
 
 namespace {
 

@@ -8,7 +8,6 @@
 #include <unordered_map>
 
 #include <grpcpp/impl/codegen/call_op_set.h>
-#include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 #include <grpcpp/support/stub_options.h>
 
@@ -16,11 +15,6 @@
 #include "konnectivity/client.pb.h"
 
 namespace konn::core::tunnel {
-
-// Cancels a server call at once, sending `status` (when not OK) as its status: trailers are not
-// held by flow control, so a client that stopped reading still learns why (e.g.
-// RESOURCE_EXHAUSTED), where TryCancel() would show it a bare CANCELLED. Any thread.
-void cancel_server_call(grpc::ServerContextBase& ctx, const grpc::Status& status);
 
 // Told when a queued packet has been handed to gRPC (its bytes left our queue), so the tunnel
 // that produced it can resume reading. Called on a gRPC thread, with no lock of the stream held.
