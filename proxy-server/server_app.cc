@@ -171,6 +171,14 @@ void ServerApp::start_grpc_frontend() {
     return [this, &home, peer](const std::shared_ptr<core::h2::Stream>& stream,
                                const core::h2::CallInfo& call) {
       if (call.path != kProxyPath) {
+        if (call.path == kConnectPath) {
+          // Agents reach the server on the agent port only.
+          KONN_LOG(log_, warn,
+                   "agent stream from {} refused: agents connect to the agent port, not the "
+                   "frontend's listener",
+                   peer.address);
+          router_->metrics().agent_rejected("listener");
+        }
         stream->finish({core::h2::grpc_code::kUnimplemented,
                         "unknown method " + call.path + " (this listener serves " + kProxyPath +
                             ")"});

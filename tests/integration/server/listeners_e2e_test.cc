@@ -67,6 +67,7 @@ void check_each_service_on_its_own_listener(TunnelStack& s) {
     auto status = agent_stream_status(uds);
     INFO(status.error_message());
     CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    CHECK(s.server.process().wait_for_log("agents connect to the agent port", 2s));
     CHECK_FALSE(s.server.wait_agent_connected("intruder", 300ms));
   }
   SECTION("a Proxy call over the agent port, with a valid agent certificate, is refused") {
