@@ -94,8 +94,13 @@ void H2ServerStream::start_finish_op(const grpc::Status& status) {
   on_home_thread([this, status] {
     if (!stream_over_ && !status_sent_) {
       status_sent_ = static_cast<int>(status.error_code());
+      // The call is over for us: what the peer still sends is dropped, and a stream paused
+      // before its first read (a refused agent) must not hold its end back.
+      discarding_ = true;
+      held_.reset();
       auto stream = stream_;  // its end may come inside
       stream->finish(to_h2(status));
+      if (!stream_over_ && stream->reading_paused()) stream->resume_reading();
     }
     settle();
   });
