@@ -714,9 +714,15 @@ void HttpConnectServer::stop() {
   });
 }
 
+core::io::WorkerPool::Placement HttpConnectServer::place_next() {
+  // Beside the agent connection the dial will most likely use: its packets then cross no thread.
+  if (auto home = router_.backends().likely_home()) return pool_.place_at(*home);
+  return pool_.place();
+}
+
 void HttpConnectServer::accept_unix() {
   // The lease is taken before the accept: the accepted socket registers on place.ctx at once.
-  auto place = pool_.place();
+  auto place = place_next();
   unix_acceptor_->async_accept(
       place.ctx, [this, lease = std::move(place.lease)](
                      std::error_code ec, asio::local::stream_protocol::socket s) mutable {
@@ -731,7 +737,7 @@ void HttpConnectServer::accept_unix() {
 }
 
 void HttpConnectServer::accept_tcp() {
-  auto place = pool_.place();
+  auto place = place_next();
   tcp_acceptor_->async_accept(place.ctx, [this, lease = std::move(place.lease)](
                                              std::error_code ec, asio::ip::tcp::socket s) mutable {
     if (ec == asio::error::operation_aborted || !tcp_acceptor_->is_open()) return;

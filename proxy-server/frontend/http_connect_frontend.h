@@ -46,6 +46,9 @@ class HttpConnectServer {
   void stop();
 
  private:
+  // The worker for the next connection: the likely agent connection's (BackendRegistry), else
+  // the pool's round robin.
+  core::io::WorkerPool::Placement place_next();
   void accept_unix();
   void accept_tcp();
 
