@@ -14,7 +14,6 @@
 #include "core/kube/kubeconfig.h"
 #include "core/kube/lease.h"
 #include "core/log/log_macros.h"
-#include "core/net/listener.h"
 #include "core/tls/reloading_context.h"
 #include "proxy-server/auth/token_reviewer.h"
 #include "proxy-server/backend/backend.h"
@@ -56,7 +55,6 @@ std::string bind_spec(const std::string& address, int port) {
 
 // How often a draining server looks whether its tunnels are gone (they end on many threads).
 constexpr std::chrono::milliseconds kDrainPoll{50};
-constexpr std::chrono::milliseconds kConnectionsWait{5000};
 
 }  // namespace
 
@@ -152,6 +150,24 @@ size_t ServerApp::worker_index(const asio::io_context& ctx) const {
   return 0;
 }
 
+std::unique_ptr<core::tls::ReloadingServerContext> ServerApp::serve_tls(
+    core::h2::Listener& listener, const std::string& cert, const std::string& key,
+    const std::string& client_ca, const std::string& what) {
+  core::tls::ServerTlsConfig tls;
+  tls.cert_file = cert;
+  tls.key_file = key;
+  tls.client_ca_file = client_ca;
+  tls.alpn = {"h2"};
+  auto files = std::make_unique<core::tls::ReloadingServerContext>(
+      timers_.get_executor(), std::move(tls), options_.openssl_ciphers(),
+      options_.cert_reload_interval, what,
+      [&listener](std::shared_ptr<asio::ssl::context> ctx) {
+        listener.set_tls_context(std::move(ctx));
+      });
+  listener.set_tls_context(files->current());
+  return files;
+}
+
 void ServerApp::start_grpc_frontend() {
   core::h2::ListenerOptions lo;
   lo.name = "frontend";
@@ -199,18 +215,8 @@ void ServerApp::start_grpc_frontend() {
     KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
     return;
   }
-  core::tls::ServerTlsConfig tls;
-  tls.cert_file = options_.server_cert;
-  tls.key_file = options_.server_key;
-  tls.client_ca_file = options_.server_ca_cert;
-  tls.alpn = {"h2"};
-  frontend_tls_ = std::make_unique<core::tls::ReloadingServerContext>(
-      timers_.get_executor(), std::move(tls), options_.openssl_ciphers(),
-      options_.cert_reload_interval, "frontend",
-      [this](std::shared_ptr<asio::ssl::context> ctx) {
-        frontend_listener_->set_tls_context(std::move(ctx));
-      });
-  frontend_listener_->set_tls_context(frontend_tls_->current());
+  frontend_tls_ = serve_tls(*frontend_listener_, options_.server_cert, options_.server_key,
+                            options_.server_ca_cert, "frontend");
   try {
     frontend_listener_->listen_tcp(options_.server_bind_address,
                                    static_cast<uint16_t>(options_.server_port));
@@ -250,18 +256,8 @@ void ServerApp::start_agent_listener() {
   };
   agent_listener_ =
       std::make_unique<core::h2::Listener>(timers_, *pool_, std::move(lo), std::move(on_accept));
-  core::tls::ServerTlsConfig tls;
-  tls.cert_file = options_.cluster_cert;
-  tls.key_file = options_.cluster_key;
-  tls.client_ca_file = options_.cluster_ca_cert;
-  tls.alpn = {"h2"};
-  agent_tls_ = std::make_unique<core::tls::ReloadingServerContext>(
-      timers_.get_executor(), std::move(tls), options_.openssl_ciphers(),
-      options_.cert_reload_interval, "agent",
-      [this](std::shared_ptr<asio::ssl::context> ctx) {
-        agent_listener_->set_tls_context(std::move(ctx));
-      });
-  agent_listener_->set_tls_context(agent_tls_->current());
+  agent_tls_ = serve_tls(*agent_listener_, options_.cluster_cert, options_.cluster_key,
+                         options_.cluster_ca_cert, "agent");
   try {
     agent_listener_->listen_tcp(options_.agent_bind_address,
                                 static_cast<uint16_t>(options_.agent_port));

@@ -66,6 +66,13 @@ class ServerApp {
   void start_admin();
   void start_leases();
   void start_http_connect();
+  // TLS for `listener` from these files (mTLS when `client_ca` is set), rebuilt when they change
+  // (--cert-reload-interval); keep the result as long as the listener.
+  std::unique_ptr<core::tls::ReloadingServerContext> serve_tls(core::h2::Listener& listener,
+                                                               const std::string& cert,
+                                                               const std::string& key,
+                                                               const std::string& client_ca,
+                                                               const std::string& what);
   void start_grpc_frontend();
   void start_agent_listener();
   // The index in pool_ of a worker's context.

@@ -2,9 +2,8 @@
 
 #include <atomic>
 #include <memory>
-#include <string>
-
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
