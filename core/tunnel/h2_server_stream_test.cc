@@ -83,6 +83,21 @@ class EchoStream : public H2ServerStream {
   std::shared_ptr<EchoStream> self_;
 };
 
+// A server whose calls are EchoStreams, and one client connection to it.
+struct EchoFixture {
+  explicit EchoFixture(Loop* echo_from = nullptr)
+      : server(Kind::Tcp, [this, echo_from](const std::shared_ptr<Stream>& s,
+                                            const CallInfo& call) {
+          EchoStream::serve(server.loop().ctx(), s, call, counters, echo_from);
+        }),
+        conn(connect_client(loop, Kind::Tcp, server.target())) {}
+
+  Counters counters;
+  H2Server server;
+  Loop loop;
+  std::shared_ptr<konn::core::h2::Connection> conn;
+};
+
 bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 5s) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -98,17 +113,10 @@ TEST_CASE("H2ServerStream: packets echoed in order, the client's half-close ends
           "[tunnel][h2]") {
   for (bool other_thread : {false, true}) {
     INFO("echo sent from " << (other_thread ? "another thread" : "the connection's thread"));
-    Counters counters;
     Loop elsewhere;
-    Loop* echo_from = other_thread ? &elsewhere : nullptr;
-    std::unique_ptr<H2Server> server;
-    server = std::make_unique<H2Server>(
-        Kind::Tcp, [&](const std::shared_ptr<Stream>& s, const CallInfo& call) {
-          EchoStream::serve(server->loop().ctx(), s, call, counters, echo_from);
-        });
-    Loop loop;
-    auto conn = connect_client(loop, Kind::Tcp, server->target());
-    ClientCall call(loop, conn, "/AgentService/Connect", {{"agentid", "a"}});
+    EchoFixture f(other_thread ? &elsewhere : nullptr);
+    auto& counters = f.counters;
+    ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "a"}});
     for (int i = 1; i <= 50; ++i) call.send(serialized(data_packet(i, std::string(i * 7, 'x'))));
     REQUIRE(call.wait_messages(50));
     call.half_close();
@@ -130,16 +138,10 @@ TEST_CASE("H2ServerStream: packets echoed in order, the client's half-close ends
 TEST_CASE("H2ServerStream: a call finished before its first read ends, though the client keeps "
           "sending on an open connection",
           "[tunnel][h2]") {
-  Counters counters;
-  std::unique_ptr<H2Server> server;
-  server = std::make_unique<H2Server>(
-      Kind::Tcp, [&](const std::shared_ptr<Stream>& s, const CallInfo& call) {
-        EchoStream::serve(server->loop().ctx(), s, call, counters, nullptr);
-      });
-  Loop loop;
-  auto conn = connect_client(loop, Kind::Tcp, server->target());
+  EchoFixture f;
+  auto& counters = f.counters;
   for (int round = 1; round <= 3; ++round) {
-    ClientCall call(loop, conn, "/AgentService/Connect", {{"agentid", "refuse"}});
+    ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "refuse"}});
     call.send(serialized(data_packet(1, "early")));
     auto r = call.wait_end();
     REQUIRE(r);
@@ -153,15 +155,9 @@ TEST_CASE("H2ServerStream: a call finished before its first read ends, though th
 
 TEST_CASE("H2ServerStream: a message that is not a Packet ends the call INTERNAL",
           "[tunnel][h2]") {
-  Counters counters;
-  std::unique_ptr<H2Server> server;
-  server = std::make_unique<H2Server>(
-      Kind::Tcp, [&](const std::shared_ptr<Stream>& s, const CallInfo& call) {
-        EchoStream::serve(server->loop().ctx(), s, call, counters, nullptr);
-      });
-  Loop loop;
-  auto conn = connect_client(loop, Kind::Tcp, server->target());
-  ClientCall call(loop, conn, "/AgentService/Connect", {{"agentid", "a"}});
+  EchoFixture f;
+  auto& counters = f.counters;
+  ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "a"}});
   call.send(serialized(data_packet(1, "fine")));
   REQUIRE(call.wait_messages(1));
   call.send(std::string("\xff\xff\xff", 3));  // not a protobuf message
@@ -174,15 +170,9 @@ TEST_CASE("H2ServerStream: a message that is not a Packet ends the call INTERNAL
 
 TEST_CASE("H2ServerStream: a client's reset ends the call as cancelled by the peer",
           "[tunnel][h2]") {
-  Counters counters;
-  std::unique_ptr<H2Server> server;
-  server = std::make_unique<H2Server>(
-      Kind::Tcp, [&](const std::shared_ptr<Stream>& s, const CallInfo& call) {
-        EchoStream::serve(server->loop().ctx(), s, call, counters, nullptr);
-      });
-  Loop loop;
-  auto conn = connect_client(loop, Kind::Tcp, server->target());
-  ClientCall call(loop, conn, "/AgentService/Connect", {{"agentid", "a"}});
+  EchoFixture f;
+  auto& counters = f.counters;
+  ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "a"}});
   call.send(serialized(data_packet(1, "x")));
   REQUIRE(call.wait_messages(1));
   call.cancel();
