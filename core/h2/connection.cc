@@ -1014,6 +1014,13 @@ int Connection::on_stream_close(int32_t stream_id, uint32_t error_code) {
   } else {
     st = {grpc_code::kCancelled, "the stream closed before the server finished"};
   }
+  if (role_ == Role::Server) {
+    // The call is over (the client reset it, or the exchange is complete): what a paused stream
+    // still holds is moot, and its owner learns of the end now, as gRPC servers tell theirs
+    // whether they read or not.
+    s->end(st);
+    return 0;
+  }
   s->pending_end_ = st;
   s->deliver();
   // A paused stream ends when the application resumes it; until then it is parked here, so a

@@ -42,7 +42,7 @@ struct Counters {
 };
 
 // A call that echoes every Packet (or, with agentid "refuse", finishes PERMISSION_DENIED before
-// reading), and finishes OK once the client half-closed. `echo_from` (optional) sends each echo
+// reading; with "idle", never reads), and finishes OK once the client half-closed. `echo_from` (optional) sends each echo
 // from another thread, as a tunnel on another worker would.
 class EchoStream : public H2ServerStream {
  public:
@@ -56,6 +56,7 @@ class EchoStream : public H2ServerStream {
       s->close(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "refused"));
       return;
     }
+    if (agent == "idle") return;  // never reads: paused, as a tunnel held back by its agent
     s->start_reading();
   }
 
@@ -179,4 +180,19 @@ TEST_CASE("H2ServerStream: a client's reset ends the call as cancelled by the pe
   REQUIRE(call.wait_end());
   CHECK(wait_for([&] { return counters.over == 1; }));
   CHECK(counters.peer_cancelled);
+}
+
+TEST_CASE("H2ServerStream: a client's reset ends a call that is not reading", "[tunnel][h2]") {
+  EchoFixture f;
+  auto& counters = f.counters;
+  ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "idle"}});
+  call.send(serialized(data_packet(1, "held")));
+  std::this_thread::sleep_for(50ms);
+  CHECK(counters.over == 0);
+  call.cancel();
+  REQUIRE(call.wait_end());
+  // Learnt at once, though no read was outstanding and the connection stays open.
+  CHECK(wait_for([&] { return counters.over == 1; }));
+  CHECK(counters.peer_cancelled);
+  CHECK(counters.packets == 0);
 }
