@@ -420,8 +420,13 @@ void ServerStreamReactor::start_finish_op(const grpc::Status&) {
       on_stream_end(h2::GrpcStatus{h2::grpc_code::kCancelled, "closed while connecting"});
     }
     if (stream_ && !stream_over_) {
+      // No read starts any more: what the server still sends is dropped, so a message held
+      // while no read was outstanding does not leave the stream paused and its end parked.
+      discarding_ = true;
+      held_.reset();
       auto stream = stream_;  // its end may come inside, and OnDone release stream_
       stream->half_close();
+      if (!stream_over_ && stream->reading_paused()) stream->resume_reading();
     }
     settle();
   });

@@ -761,6 +761,31 @@ TEST_CASE("drain sends DRAIN and finishes once tunnels are gone", "[agent][set]"
   CHECK(s->wait_ended());  // graceful: the agent half-closed and the server finished
 }
 
+TEST_CASE("a graceful stop ends a stream whose server keeps sending", "[agent][set]") {
+  FakeProxyServer server({});
+  AgentApp app(agent_options(server.port()));
+  app.start();
+  auto s = server.session(0);
+  REQUIRE(s);
+  REQUIRE(eventually([&] { return app.servers().connected() == 1; }));
+  // Packets keep coming while the agent closes: once it stops reading, one is held and the
+  // stream paused, and the server's end must not wait behind that pause.
+  std::atomic<bool> stopped{false};
+  std::thread chatter([&] {
+    for (int64_t i = 1; !stopped; ++i) {
+      if (!s->write(tunnel::make_close_dial(i))) break;  // unknown dials: ignored
+    }
+  });
+  std::this_thread::sleep_for(milliseconds(50));
+  auto t0 = std::chrono::steady_clock::now();
+  app.stop(true);
+  auto took = std::chrono::steady_clock::now() - t0;
+  stopped = true;
+  chatter.join();
+  CHECK(took < seconds(2));
+  CHECK(s->wait_ended());
+}
+
 TEST_CASE("readiness follows the server connection, metrics keep upstream names", "[agent][admin]") {
   auto server = std::make_unique<FakeProxyServer>(FakeProxyServer::Config{});
   Endpoint echo;
