@@ -95,7 +95,7 @@ void H2ServerStream::start_finish_op(const grpc::Status& status) {
     if (!stream_over_ && !status_sent_) {
       status_sent_ = static_cast<int>(status.error_code());
       // The call is over for us: what the peer still sends is dropped, and a stream paused
-      // before its first read (a refused agent) must not hold its end back.
+      // before its first read (a refused agent) takes in nothing more.
       discarding_ = true;
       held_.reset();
       auto stream = stream_;  // its end may come inside
@@ -108,17 +108,19 @@ void H2ServerStream::start_finish_op(const grpc::Status& status) {
 
 void H2ServerStream::cancel_op(const grpc::Status& status) {
   cancelled_by_us_ = true;
-  on_home_thread([this, status] {
-    if (stream_over_) return;
-    // What the peer still sends is dropped: a paused stream would hold its end until resumed.
-    discarding_ = true;
-    held_.reset();
-    auto stream = stream_;  // its end may come inside
-    grpc::Status st = status.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled") : status;
-    if (!status_sent_) status_sent_ = static_cast<int>(st.error_code());
-    stream->abort(to_h2(st));
-    if (!stream_over_) stream->resume_reading();
-  });
+  on_home_thread([this, status] { abort_call(status); });
+}
+
+void H2ServerStream::abort_call(const grpc::Status& status) {
+  if (stream_over_) return;
+  // What the peer still sends is dropped.
+  discarding_ = true;
+  held_.reset();
+  auto stream = stream_;  // its end may come inside
+  grpc::Status st = status.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled") : status;
+  if (!status_sent_) status_sent_ = static_cast<int>(st.error_code());
+  stream->abort(to_h2(st));
+  if (!stream_over_) stream->resume_reading();
 }
 
 void H2ServerStream::on_message(std::string&& message) {
@@ -130,8 +132,9 @@ void H2ServerStream::on_message(std::string&& message) {
     return;
   }
   if (!read_target_->ParseFromString(message)) {
-    // As gRPC servers do with a message they cannot parse: the call ends INTERNAL.
-    cancel_op(grpc::Status(grpc::StatusCode::INTERNAL,
+    // As gRPC servers do with a message they cannot parse: the call ends INTERNAL (the peer's
+    // fault, not our own cancel: it counts as a stream error).
+    abort_call(grpc::Status(grpc::StatusCode::INTERNAL,
                            "a message is not a Packet (" + std::to_string(message.size()) +
                                " bytes)"));
     fail_read();

@@ -88,6 +88,8 @@ class H2ServerStream : public PacketStream {
   void on_half_close();
   void on_stream_end(const h2::GrpcStatus& status);
   void write_packet(const Packet* p);
+  // Ends the call now with `status` (trailers at once, what waits dropped). Home thread.
+  void abort_call(const grpc::Status& status);
   void fail_read();
   void settle();
 
