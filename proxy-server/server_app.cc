@@ -177,6 +177,7 @@ void ServerApp::start_grpc_frontend() {
   lo.connection.min_peer_ping_interval = kFrontendMinPingInterval;
   lo.connection.peer_pings_without_calls = false;
   lo.handshake_timeout = to_millis(options_.tls_handshake_timeout);
+  lo.on_handshake_timeout = [this] { metrics_.limit_hit("handshake_timeout"); };
   lo.place = [this] {
     if (auto home = router_->backends().likely_home()) return pool_->place_at(*home);
     return pool_->place();
@@ -239,6 +240,7 @@ void ServerApp::start_agent_listener() {
   lo.connection.min_peer_ping_interval = kAgentMinPingInterval;
   lo.connection.peer_pings_without_calls = true;
   lo.handshake_timeout = to_millis(options_.tls_handshake_timeout);
+  lo.on_handshake_timeout = [this] { metrics_.limit_hit("handshake_timeout"); };
   auto on_accept = [this](const std::shared_ptr<core::h2::Connection>& conn,
                           const core::h2::PeerInfo& peer) -> core::h2::Connection::CallHandler {
     auto& home = home_of(*conn);

@@ -122,6 +122,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
       if (e || !self || self->done_) return;
       if (self->conn_ && self->conn_->peer_settings_received()) return;
       self->state_->count(&ListenerStats::handshake_timeouts);
+      if (self->state_->options.on_handshake_timeout) self->state_->options.on_handshake_timeout();
       KONN_LOG(logger(), info, "{}: no handshake within {} ms, closed", self->log_name_,
                self->state_->options.handshake_timeout.count());
       self->close("handshake timeout");

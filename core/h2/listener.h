@@ -46,6 +46,9 @@ struct ListenerOptions {
   // From accept to the client's first SETTINGS frame (TLS handshake and HTTP/2 preface): a
   // connection still short of it is closed and counted (ListenerStats::handshake_timeouts).
   std::chrono::milliseconds handshake_timeout{10000};
+  // Told (on the connection's worker) of each connection closed at handshake_timeout, beside
+  // ListenerStats::handshake_timeouts: a server counts it where its other limits are counted.
+  std::function<void()> on_handshake_timeout;
   // Chooses the worker of the next connection (called before each accept, on the accept
   // context); empty: the pool's round robin. A server puts a connection beside the connections it
   // will most likely exchange packets with.
