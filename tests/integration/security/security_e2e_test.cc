@@ -310,7 +310,8 @@ TEST_CASE("security: no token, credential or key in any log line or metric", "[e
 
 // reliability: proxy-server | TLS 1.1 client on the agent port, the gRPC and the CONNECT TLS
 // reliability+: frontends | handshake refused (TLS 1.2 accepted) | CONNECT: info "http-connect
-// reliability+: client ...: TLS handshake failed: ..."; gRPC: nothing (gRPC core) | server
+// reliability+: client ...: TLS handshake failed: ..."; gRPC: info "agent ADDR: TLS handshake
+// reliability+: failed: ..." (or "frontend ADDR: ...") | server
 // reliability: proxy-agent | proxy-server and apiserver that speak only TLS 1.1 | agent refuses
 // reliability+: both handshakes | warn "cannot connect to proxy-server ..." and "cannot list server
 // reliability+: leases (TLS handshake with ...)" | agent, with 0 servers, retrying

@@ -144,11 +144,12 @@ Packet bare(PacketType type) {
 }  // namespace
 
 // reliability: proxy-server | 64 KiB of random bytes, an HTTP/1.1 GET, or an HTTP/2 preface then
-// reliability+: garbage on the gRPC frontend socket | connection closed | nothing (gRPC core) |
-// reliability+: server serves a page, a new agent connects
+// reliability+: garbage on the gRPC frontend socket | GOAWAY PROTOCOL_ERROR, connection closed |
+// reliability+: warn "frontend unix #N sent GOAWAY: PROTOCOL_ERROR", info "frontend unix #N closed:
+// reliability+: ..." | server serves a page, a new agent connects
 // reliability: proxy-server | random bytes, or a TLS ClientHello cut short, on the agent port
-// reliability+: (mTLS) | connection closed | nothing (gRPC core) | server serves a page, a new
-// reliability+: agent connects
+// reliability+: (mTLS) | connection closed | info "agent ADDR: TLS handshake failed: ..." | server
+// reliability+: serves a page, a new agent connects
 TEST_CASE("e2e: garbage bytes on the unix socket and on the agent port", "[e2e][bad-input]") {
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;
