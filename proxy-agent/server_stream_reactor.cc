@@ -367,12 +367,7 @@ void ServerStreamReactor::start_write_op(const Packet* p, grpc::WriteOptions) {
 }
 
 void ServerStreamReactor::write_packet(const Packet* p) {
-  // Serialized straight after the 5 bytes of gRPC's prefix: one copy of the payload, into the
-  // message HTTP/2 sends from.
-  const size_t size = p->ByteSizeLong();
-  std::string framed(h2::kGrpcPrefixBytes + size, '\0');
-  p->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(framed.data()) +
-                                     h2::kGrpcPrefixBytes);
+  std::string framed = tunnel::serialize_framed(*p);
   write_outstanding_ = true;
   auto stream = stream_;  // its end may come inside, and OnDone release stream_
   if (!stream->send_framed(std::move(framed))) {

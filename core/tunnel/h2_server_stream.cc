@@ -1,5 +1,7 @@
 #include "core/tunnel/h2_server_stream.h"
 
+#include "core/tunnel/packet.h"
+
 namespace konn::core::tunnel {
 namespace {
 
@@ -46,12 +48,7 @@ void H2ServerStream::start_write_op(const Packet* p, grpc::WriteOptions) {
 }
 
 void H2ServerStream::write_packet(const Packet* p) {
-  // Serialized straight after the 5 bytes of gRPC's prefix: one copy of the payload, into the
-  // message HTTP/2 sends from.
-  const size_t size = p->ByteSizeLong();
-  std::string framed(h2::kGrpcPrefixBytes + size, '\0');
-  p->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(framed.data()) +
-                                     h2::kGrpcPrefixBytes);
+  std::string framed = serialize_framed(*p);
   write_outstanding_ = true;
   auto stream = stream_;  // its end may come inside
   if (!stream->send_framed(std::move(framed))) {

@@ -3,6 +3,8 @@
 #include <iterator>
 #include <utility>
 
+#include "core/h2/grpc_framing.h"
+
 namespace konn::core::tunnel {
 
 bool is_node_type(int type) { return type >= KONN_NODE_DIAL_REQ && type <= KONN_NODE_CLOSE_WRITE; }
@@ -114,6 +116,14 @@ Packet make_close_write(int64_t connect_id) {
   p.set_type(KONN_CLOSE_WRITE);
   p.mutable_closewrite()->set_connectid(connect_id);
   return p;
+}
+
+std::string serialize_framed(const Packet& p) {
+  const size_t size = p.ByteSizeLong();
+  std::string framed(h2::kGrpcPrefixBytes + size, '\0');
+  p.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(framed.data()) +
+                                    h2::kGrpcPrefixBytes);
+  return framed;
 }
 
 size_t data_size(const Packet& p) {

@@ -61,6 +61,11 @@ Packet make_drain();
 Packet make_window_update(int64_t connect_id, int64_t bytes);
 Packet make_close_write(int64_t connect_id);
 
+// `p` serialized after h2::kGrpcPrefixBytes bytes of room for gRPC's prefix, as
+// h2::Stream::send_framed takes a message: the payload is copied once, into the bytes HTTP/2
+// sends from.
+std::string serialize_framed(const Packet& p);
+
 // Payload bytes of a DATA or KONN_NODE_DATA packet (0 for anything else).
 size_t data_size(const Packet& p);
 
