@@ -18,6 +18,7 @@ using konn::core::h2::testing::H2Server;
 using konn::core::h2::testing::Kind;
 using konn::core::h2::testing::Loop;
 using konn::core::tunnel::H2ServerStream;
+using konn::core::tunnel::make_data;
 
 namespace {
 
@@ -25,14 +26,6 @@ std::string serialized(const Packet& p) {
   std::string out;
   p.SerializeToString(&out);
   return out;
-}
-
-Packet data_packet(int64_t id, const std::string& bytes) {
-  Packet p;
-  p.set_type(DATA);
-  p.mutable_data()->set_connectid(id);
-  p.mutable_data()->set_data(bytes);
-  return p;
 }
 
 struct Counters {
@@ -118,7 +111,7 @@ TEST_CASE("H2ServerStream: packets echoed in order, the client's half-close ends
     EchoFixture f(other_thread ? &elsewhere : nullptr);
     auto& counters = f.counters;
     ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "a"}});
-    for (int i = 1; i <= 50; ++i) call.send(serialized(data_packet(i, std::string(i * 7, 'x'))));
+    for (int i = 1; i <= 50; ++i) call.send(serialized(make_data(i, std::string(i * 7, 'x'))));
     REQUIRE(call.wait_messages(50));
     call.half_close();
     auto r = call.wait_end();
@@ -143,7 +136,7 @@ TEST_CASE("H2ServerStream: a call finished before its first read ends, though th
   auto& counters = f.counters;
   for (int round = 1; round <= 3; ++round) {
     ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "refuse"}});
-    call.send(serialized(data_packet(1, "early")));
+    call.send(serialized(make_data(1, "early")));
     auto r = call.wait_end();
     REQUIRE(r);
     CHECK(r->status.code == 7);
@@ -159,7 +152,7 @@ TEST_CASE("H2ServerStream: a message that is not a Packet ends the call INTERNAL
   EchoFixture f;
   auto& counters = f.counters;
   ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "a"}});
-  call.send(serialized(data_packet(1, "fine")));
+  call.send(serialized(make_data(1, "fine")));
   REQUIRE(call.wait_messages(1));
   call.send(std::string("\xff\xff\xff", 3));  // not a protobuf message
   auto r = call.wait_end();
@@ -174,7 +167,7 @@ TEST_CASE("H2ServerStream: a client's reset ends the call as cancelled by the pe
   EchoFixture f;
   auto& counters = f.counters;
   ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "a"}});
-  call.send(serialized(data_packet(1, "x")));
+  call.send(serialized(make_data(1, "x")));
   REQUIRE(call.wait_messages(1));
   call.cancel();
   REQUIRE(call.wait_end());
@@ -186,7 +179,7 @@ TEST_CASE("H2ServerStream: a client's reset ends a call that is not reading", "[
   EchoFixture f;
   auto& counters = f.counters;
   ClientCall call(f.loop, f.conn, "/AgentService/Connect", {{"agentid", "idle"}});
-  call.send(serialized(data_packet(1, "held")));
+  call.send(serialized(make_data(1, "held")));
   std::this_thread::sleep_for(50ms);
   CHECK(counters.over == 0);
   call.cancel();
