@@ -47,6 +47,12 @@ asio::io_context& home_of(const core::h2::Connection& conn) {
   return static_cast<asio::io_context&>(asio::query(conn.executor(), asio::execution::context));
 }
 
+// A call for a method this listener does not serve: UNIMPLEMENTED, naming the one it does.
+void refuse_method(core::h2::Stream& stream, const core::h2::CallInfo& call, const char* served) {
+  stream.finish({core::h2::grpc_code::kUnimplemented,
+                 "unknown method " + call.path + " (this listener serves " + served + ")"});
+}
+
 std::string bind_spec(const std::string& address, int port) {
   std::string host = address.empty() ? "[::]" : address;
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
@@ -196,9 +202,7 @@ void ServerApp::start_grpc_frontend() {
                    peer.address);
           router_->metrics().agent_rejected("listener");
         }
-        stream->finish({core::h2::grpc_code::kUnimplemented,
-                        "unknown method " + call.path + " (this listener serves " + kProxyPath +
-                            ")"});
+        refuse_method(*stream, call, kProxyPath);
         return;
       }
       GrpcFrontend::serve(home, stream, peer, *router_);
@@ -248,9 +252,7 @@ void ServerApp::start_agent_listener() {
     return [this, &home, index, peer](const std::shared_ptr<core::h2::Stream>& stream,
                                       const core::h2::CallInfo& call) {
       if (call.path != kConnectPath) {
-        stream->finish({core::h2::grpc_code::kUnimplemented,
-                        "unknown method " + call.path + " (this listener serves " +
-                            kConnectPath + ")"});
+        refuse_method(*stream, call, kConnectPath);
         return;
       }
       Backend::serve(home, index, stream, call, peer, *router_);
