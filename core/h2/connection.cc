@@ -315,8 +315,7 @@ void Stream::abort(const GrpcStatus& status) {
     queued_bytes_ = 0;
     if (!local_end_) finish_status_ = status;
     if (!headers_sent_) {
-      local_end_ = false;
-      finish(finish_status_);
+      finish(finish_status_);  // trailers-only: nothing was sent, nothing waits
       return;
     }
     local_end_ = true;
