@@ -1,5 +1,7 @@
 #include "core/net/dialer.h"
 
+#include <asio/ip/address.hpp>
+
 #include <cctype>
 #include <vector>
 
@@ -34,25 +36,35 @@ io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address
     co_return out;
   }
   asio::steady_timer timer(ex, timeout);
-  asio::ip::tcp::resolver resolver(ex);
-  auto resolved =
-      co_await (resolver.async_resolve(hp->host, std::to_string(hp->port), io::use_nothrow) ||
-                timer.async_wait(io::use_nothrow));
-  if (resolved.index() == 1) {
-    out.ec = konn::Errc::DialTimeout;
-    out.error_text = "dial tcp " + address + ": i/o timeout";
-    co_return out;
-  }
-  auto [rec, results] = std::get<0>(std::move(resolved));
-  if (rec) {
-    out.ec = rec;
-    out.error_text = "dial tcp: lookup " + hp->host + ": no such host";
-    co_return out;
+  // What the address names: an IP literal is itself (no lookup); a name is looked up by Asio's
+  // resolver, which runs getaddrinfo on a thread of its own. Literals are what kube-apiserver
+  // dials almost always, and the lookup would cost every dial two thread hops.
+  std::vector<asio::ip::tcp::endpoint> candidates;
+  std::error_code literal_ec;
+  auto literal = asio::ip::make_address(hp->host, literal_ec);
+  if (!literal_ec) {
+    candidates.emplace_back(literal, hp->port);
+  } else {
+    asio::ip::tcp::resolver resolver(ex);
+    auto resolved =
+        co_await (resolver.async_resolve(hp->host, std::to_string(hp->port), io::use_nothrow) ||
+                  timer.async_wait(io::use_nothrow));
+    if (resolved.index() == 1) {
+      out.ec = konn::Errc::DialTimeout;
+      out.error_text = "dial tcp " + address + ": i/o timeout";
+      co_return out;
+    }
+    auto [rec, results] = std::get<0>(std::move(resolved));
+    if (rec) {
+      out.ec = rec;
+      out.error_text = "dial tcp: lookup " + hp->host + ": no such host";
+      co_return out;
+    }
+    for (const auto& entry : results) candidates.push_back(entry.endpoint());
   }
   std::vector<asio::ip::tcp::endpoint> endpoints;
   std::string refused;
-  for (const auto& entry : results) {
-    const auto& ep = entry.endpoint();
+  for (const auto& ep : candidates) {
     if (!allowed || allowed(ep)) {
       endpoints.push_back(ep);
     } else {

@@ -1,5 +1,6 @@
 #include "core/net/dialer.h"
 
+#include <filesystem>
 #include <future>
 
 #include <asio/co_spawn.hpp>
@@ -30,6 +31,12 @@ DialResult dial(asio::io_context& ctx, const std::string& address,
   return f.get();
 }
 
+size_t thread_count() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& t : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("dial_tcp connects and sets TCP_NODELAY", "[net]") {
@@ -41,6 +48,34 @@ TEST_CASE("dial_tcp connects and sets TCP_NODELAY", "[net]") {
   asio::ip::tcp::no_delay nd;
   r.socket.get_option(nd);
   CHECK(nd.value());
+}
+
+TEST_CASE("dial_tcp takes an IP literal as it is, without a lookup thread", "[net]") {
+  asio::io_context ctx;
+  auto v4 = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
+  size_t before = thread_count();
+  auto r = dial(ctx, "127.0.0.1:" + std::to_string(v4.local_endpoint().port()));
+  REQUIRE_FALSE(r.ec);
+  CHECK(r.socket.remote_endpoint().port() == v4.local_endpoint().port());
+  // Asio's resolver starts its getaddrinfo thread on the first lookup of an io_context and keeps
+  // it until the io_context goes: a literal must not have needed it.
+  CHECK(thread_count() == before);
+
+  std::error_code no_v6;
+  asio::ip::tcp::acceptor v6(ctx);
+  v6.open(asio::ip::tcp::v6(), no_v6);
+  if (!no_v6) v6.bind({asio::ip::address_v6::loopback(), 0}, no_v6);
+  if (!no_v6) v6.listen(asio::socket_base::max_listen_connections, no_v6);
+  if (!no_v6) {
+    auto r6 = dial(ctx, "[::1]:" + std::to_string(v6.local_endpoint().port()));
+    REQUIRE_FALSE(r6.ec);
+    CHECK(r6.socket.remote_endpoint().address() == asio::ip::address_v6::loopback());
+    CHECK(thread_count() == before);
+  }
+
+  // A name still resolves (and only then does the lookup thread appear).
+  auto named = dial(ctx, "localhost:" + std::to_string(v4.local_endpoint().port()));
+  CHECK_FALSE(named.ec);
 }
 
 TEST_CASE("dial_tcp to a closed port reports Go-style refusal", "[net]") {
