@@ -304,10 +304,11 @@ def wait_port(port, timeout=20):
 
 
 class Target:
-    def __init__(self, name, group, via, daemons, peers=()):
+    def __init__(self, name, group, via, daemons, peers=(), dest=None):
         self.name, self.group, self.via = name, group, via
         self.daemons = daemons  # [(label, Proc)] whose memory and CPU are accounted
         self.peers = list(peers)
+        self.dest = dest  # where the client connects, when not the destination itself
         self.dead = False
 
     def check_alive(self):
@@ -389,7 +390,8 @@ current-context: fake
                 raise Failure(f"{name}: agent never connected\n{agent.log_text()[-2000:]}")
             time.sleep(0.05)
         scheme = "grpc+unix://" if mode == "grpc" else "connect+unix://"
-        return Target(name, "konnectivity", scheme + sock, [("server", server), ("agent", agent)])
+        return Target(name, "konnectivity", scheme + sock, [("server", server), ("agent", agent)],
+                      ["relay2"])
 
     def start_konn_grpc(self, name):
         return self.konnectivity(name, "grpc")
@@ -522,6 +524,37 @@ workers 1
         wait_port(port, timeout=40)
         return Target(name, "connect", f"connect://127.0.0.1:{port}", [("squid", p)])
 
+    def start_relay2(self, name):
+        """The floor of any tunnel made of two processes: two HAProxy relays in a chain (one
+        thread each, plain TCP, no TLS, no framing, no dial round trip), client -> relay1 ->
+        relay2 -> destination. What a Konnectivity tunnel cannot beat on this machine."""
+        hdir = os.path.join(self.work, self.tag(name))
+        os.makedirs(hdir)
+        ports = [free_port(), free_port()]
+        nexts = [f"127.0.0.1:{ports[1]}", self.dest]
+        daemons = []
+        for i in (1, 0):  # the second relay first, so the first never dials a closed port
+            conf = os.path.join(hdir, f"relay{i + 1}.cfg")
+            with open(conf, "w") as f:
+                f.write(f"""global
+  nbthread 1
+  maxconn {max(2000, self.args.idle + 500)}
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+listen relay
+  bind 127.0.0.1:{ports[i]}
+  server next {nexts[i]}
+""")
+            p, _ = self.procs.start(self.tag(f"{name}-relay{i + 1}"),
+                                    [shutil.which("haproxy") or "/usr/sbin/haproxy", "-db",
+                                     "-f", conf])
+            wait_port(ports[i])
+            daemons.insert(0, (f"relay{i + 1}", p))
+        return Target(name, "relay", "direct", daemons, dest=f"127.0.0.1:{ports[0]}")
+
     def start_iperf3(self, name):
         port = free_port()
         p, _ = self.procs.start(self.tag(name), [shutil.which("iperf3"), "-s", "-B", "127.0.0.1",
@@ -550,7 +583,7 @@ workers 1
         return t
 
 
-ALL_TARGETS = ["iperf3", "direct", "konn-grpc", "konn-grpc-go", "anp-grpc", "konn-connect",
+ALL_TARGETS = ["iperf3", "direct", "relay2", "konn-grpc", "konn-grpc-go", "anp-grpc", "konn-connect",
                "anp-connect", "konn-socks5", "dante", "microsocks", "kubeproxy-connect",
                "tinyproxy", "squid", "apiserver-direct", "kubeproxy-http", "kubectl-proxy"]
 
@@ -591,7 +624,7 @@ class Bench:
                     f"--target={self.dest}", *[f for f in flags if not f.startswith("--threads")]]
         else:
             argv = [f"{self.bindir}/konn-loadgen", mode, f"--via={target.via}",
-                    f"--target={self.dest}", *flags]
+                    f"--target={target.dest or self.dest}", *flags]
         timeout = timeout or self.args.step_timeout
         try:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -679,7 +712,7 @@ class Bench:
         """loadgen(); with `profile`, on a Konnectivity target, also records where the CPU of
         one operation went (OpProfile over its daemons, divided by result[ops_key])."""
         prof = None
-        if profile and target.group == "konnectivity" and target.daemons:
+        if profile and target.group in ("konnectivity", "relay") and target.daemons:
             prof = OpProfile(target.daemons)
             prof.start()
         try:
@@ -744,7 +777,7 @@ class Bench:
 
             def run():
                 flags = [f"--count={count}", "--concurrency=32"]
-                via, dest = target.via, self.dest
+                via, dest = target.via, target.dest or self.dest
                 if http_get:
                     flags.append(f"--http-get={http_get}")
                     via, dest = "direct", target.via.split("//")[1]
