@@ -13,6 +13,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -626,13 +627,20 @@ class Bench:
             argv = [f"{self.bindir}/konn-loadgen", mode, f"--via={target.via}",
                     f"--target={target.dest or self.dest}", *flags]
         timeout = timeout or self.args.step_timeout
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise Failure(f"timed out after {timeout}s: {' '.join(argv)}")
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if r.returncode != 0:
             raise Failure(f"{' '.join(argv)}\n{r.stderr.strip()[-2000:]}")
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        # The client's own CPU (it was the only child reaped meanwhile): what the same client
+        # spends per operation against each proxy, which bounds the rate of one-at-a-time work.
+        out["client_cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime +
+                                                                   before.ru_stime)
+        return out
 
     def step(self, target, workload, fn):
         """Runs one workload; a failure is recorded and printed, the rest goes on."""
@@ -723,6 +731,9 @@ class Bench:
             raise
         if prof:
             self.record_profile(target, workload, prof.stop(r[ops_key]))
+        if profile and r.get(ops_key):
+            self.record(target.name, workload, "client cpu us/op", "us",
+                        r["client_cpu_s"] * 1e6 / r[ops_key])
         return r
 
     def record_profile(self, target, workload, result):
