@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 #include <asio/ssl.hpp>
 #include <fmt/format.h>
@@ -219,7 +220,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
 
 Listener::Listener(asio::io_context& accept_ctx, core::io::WorkerPool& pool,
                    ListenerOptions options, AcceptHandler on_accept, CloseHandler on_close)
-    : accept_ctx_(accept_ctx), pool_(pool), state_(std::make_shared<State>()), retry_(accept_ctx) {
+    : accept_ctx_(accept_ctx), pool_(pool), state_(std::make_shared<State>()) {
   state_->options = std::move(options);
   state_->on_accept = std::move(on_accept);
   state_->on_close = std::move(on_close);
@@ -234,75 +235,73 @@ void Listener::set_tls_context(std::shared_ptr<asio::ssl::context> ctx) {
 }
 
 void Listener::listen_tcp(const std::string& host, uint16_t port) {
-  tcp_.emplace(core::net::listen_tcp(accept_ctx_, host, port));
-  port_ = tcp_->local_endpoint().port();
+  auto listening = core::net::listen_tcp(accept_ctx_, host, port);
+  port_ = listening.local_endpoint().port();
   KONN_LOG(logger(), info, "{} listening on {}:{}", state_->options.name,
            host.empty() ? std::string("*") : host, port_);
-  asio::post(accept_ctx_, [this] {
-    accepting_ = true;
-    accept_next(*tcp_);
-  });
+  tcp_ = start_accepting(std::move(listening));
 }
 
 void Listener::listen_unix(const std::string& path, bool delete_existing, unsigned mode) {
-  unix_.emplace(core::net::listen_unix(accept_ctx_, path, delete_existing, mode));
+  auto listening = core::net::listen_unix(accept_ctx_, path, delete_existing, mode);
   unix_path_ = path;
   KONN_LOG(logger(), info, "{} listening on unix:{}", state_->options.name, path);
-  asio::post(accept_ctx_, [this] {
-    accepting_ = true;
-    accept_next(*unix_);
-  });
+  unix_ = start_accepting(std::move(listening));
 }
 
-template <typename Acceptor>
-void Listener::accept_next(Acceptor& acceptor) {
-  // The lease first: the socket is registered on the worker's context as it is accepted.
-  auto placement = state_->options.place ? state_->options.place() : pool_.place();
-  using Socket = typename Acceptor::protocol_type::socket;
-  auto socket = std::make_unique<Socket>(placement.ctx);
-  auto& target = *socket;
-  acceptor.async_accept(target, [this, &acceptor, placement = std::move(placement),
-                                 socket = std::move(socket)](std::error_code ec) mutable {
-    if (ec == asio::error::operation_aborted) return;  // stopped: `this` may be gone
-    if (!accepting_) return;
-    if (ec) {
-      // Out of descriptors, most likely: wait a little rather than spin.
-      KONN_LOG(logger(), warn, "{}: accept: {}", state_->options.name, ec.message());
-      retry_.expires_after(std::chrono::milliseconds(100));
-      retry_.async_wait([this, &acceptor](std::error_code e) {
-        if (!e && accepting_) accept_next(acceptor);
-      });
-      return;
-    }
-    std::shared_ptr<Session> session;
-    uint64_t refused = 0;
-    {
-      std::lock_guard lock(state_->mu);
-      const auto max = state_->options.max_connections;
-      if (max != 0 && state_->sessions.size() >= max) {
-        refused = ++state_->stats.refused;
-      } else {
-        session =
-            std::make_shared<Session>(state_, std::move(placement), state_->tls, ++state_->next_id);
-        state_->sessions.emplace(state_->next_id, session);
-        state_->stats.open = state_->sessions.size();
-      }
-    }
-    if (!session) {
-      // One line per hundred refusals: a flood of connections is not also a flood of logs.
-      if (refused % 100 == 1) {
-        KONN_LOG(logger(), warn, "{}: {} connections open, one more refused ({} so far)",
-                 state_->options.name, state_->options.max_connections, refused);
-      }
-      std::error_code ignored;
-      socket->close(ignored);
+template <typename Protocol>
+std::shared_ptr<core::net::PlacedAcceptor<Protocol>> Listener::start_accepting(
+    asio::basic_socket_acceptor<Protocol> listening) {
+  // Only a placement hint is worth following; the pool's own choice moves on every connection.
+  const bool follow = static_cast<bool>(state_->options.place);
+  auto place = [state = state_, &pool = pool_] {
+    return state->options.place ? state->options.place() : pool.place();
+  };
+  auto on_accept = [state = state_](typename Protocol::socket socket,
+                                    core::io::WorkerPool::Placement placement) {
+    begin(state, std::move(socket), std::move(placement));
+  };
+  auto on_error = [state = state_](const std::error_code& ec) {
+    // Out of descriptors, most likely: the acceptor waits a little rather than spin.
+    KONN_LOG(logger(), warn, "{}: accept: {}", state->options.name, ec.message());
+  };
+  auto acceptor = std::make_shared<core::net::PlacedAcceptor<Protocol>>(
+      accept_ctx_, std::move(listening), follow, std::move(place), std::move(on_accept),
+      std::move(on_error));
+  acceptor->start();
+  return acceptor;
+}
+
+template <typename Socket>
+void Listener::begin(const std::shared_ptr<State>& state, Socket socket,
+                     core::io::WorkerPool::Placement placement) {
+  std::shared_ptr<Session> session;
+  uint64_t refused = 0;
+  {
+    std::lock_guard lock(state->mu);
+    const auto max = state->options.max_connections;
+    if (max != 0 && state->sessions.size() >= max) {
+      refused = ++state->stats.refused;
     } else {
-      auto& ctx = session->context();
-      asio::post(ctx, [session, socket = std::move(socket)]() mutable {
-        session->begin(std::move(*socket));
-      });
+      session =
+          std::make_shared<Session>(state, std::move(placement), state->tls, ++state->next_id);
+      state->sessions.emplace(state->next_id, session);
+      state->stats.open = state->sessions.size();
     }
-    accept_next(acceptor);
+  }
+  if (!session) {
+    // One line per hundred refusals: a flood of connections is not also a flood of logs.
+    if (refused % 100 == 1) {
+      KONN_LOG(logger(), warn, "{}: {} connections open, one more refused ({} so far)",
+               state->options.name, state->options.max_connections, refused);
+    }
+    std::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  // Inline when the acceptor followed the placement here; else the connection's worker.
+  asio::dispatch(session->context(), [session, s = std::move(socket)]() mutable {
+    session->begin(std::move(s));
   });
 }
 
@@ -312,24 +311,8 @@ ListenerStats Listener::stats() const {
 }
 
 void Listener::stop_accepting() {
-  auto close_all = [this] {
-    accepting_ = false;
-    retry_.cancel();
-    std::error_code ignored;
-    if (tcp_) tcp_->close(ignored);
-    if (unix_) unix_->close(ignored);
-  };
-  if (!tcp_ && !unix_) return;
-  if (accept_ctx_.get_executor().running_in_this_thread() || accept_ctx_.stopped()) {
-    close_all();
-  } else {
-    std::promise<void> done;
-    asio::post(accept_ctx_, [&] {
-      close_all();
-      done.set_value();
-    });
-    done.get_future().wait();
-  }
+  if (tcp_) tcp_->stop();
+  if (unix_) unix_->stop();
   if (!unix_path_.empty()) {
     std::error_code ignored;
     std::filesystem::remove(unix_path_, ignored);

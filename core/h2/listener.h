@@ -15,6 +15,7 @@
 
 #include "core/h2/connection.h"
 #include "core/io/worker_pool.h"
+#include "core/net/placed_acceptor.h"
 #include "core/tls/certificate_names.h"
 
 namespace konn::core::h2 {
@@ -82,8 +83,10 @@ class Listener {
   // Called once for each connection the AcceptHandler accepted, when it closed.
   using CloseHandler = std::function<void(const PeerInfo&, const std::string& reason)>;
 
-  // The acceptor lives on `accept_ctx` (which must run until stop() returned); connections on
-  // `pool`'s workers.
+  // The acceptor starts on `accept_ctx` (which must run until stop() returned); connections live
+  // on `pool`'s workers. With options.place, the acceptor follows the placement to its worker
+  // (core/net/placed_acceptor.h), so the thread that serves a new connection is the one woken to
+  // accept it; without, it stays on `accept_ctx`.
   Listener(asio::io_context& accept_ctx, core::io::WorkerPool& pool, ListenerOptions options,
            AcceptHandler on_accept, CloseHandler on_close = {});
   ~Listener();  // stop(0)
@@ -120,18 +123,20 @@ class Listener {
   struct State;
 
  private:
-  template <typename Acceptor>
-  void accept_next(Acceptor& acceptor);
+  template <typename Protocol>
+  std::shared_ptr<core::net::PlacedAcceptor<Protocol>> start_accepting(
+      asio::basic_socket_acceptor<Protocol> listening);
+  template <typename Socket>
+  static void begin(const std::shared_ptr<State>& state, Socket socket,
+                    core::io::WorkerPool::Placement placement);
 
   asio::io_context& accept_ctx_;
   core::io::WorkerPool& pool_;
   std::shared_ptr<State> state_;
-  std::optional<asio::ip::tcp::acceptor> tcp_;
-  std::optional<asio::local::stream_protocol::acceptor> unix_;
-  asio::steady_timer retry_;  // after an accept error (out of descriptors)
-  std::string unix_path_;     // removed when accepting stops
+  std::shared_ptr<core::net::PlacedAcceptor<asio::ip::tcp>> tcp_;
+  std::shared_ptr<core::net::PlacedAcceptor<asio::local::stream_protocol>> unix_;
+  std::string unix_path_;  // removed when accepting stops
   uint16_t port_ = 0;
-  bool accepting_ = false;  // on accept_ctx_
 };
 
 }  // namespace konn::core::h2

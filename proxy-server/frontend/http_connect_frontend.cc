@@ -687,72 +687,70 @@ HttpConnectServer::HttpConnectServer(Router& router, core::io::WorkerPool& pool)
 HttpConnectServer::~HttpConnectServer() { stop(); }
 
 void HttpConnectServer::listen_unix(const std::string& path, bool delete_existing) {
-  unix_acceptor_ = std::make_unique<asio::local::stream_protocol::acceptor>(
-      core::net::listen_unix(accept_ctx_, path, delete_existing, 0770));
-  accept_unix();
+  unix_acceptor_ = std::make_shared<core::net::PlacedAcceptor<asio::local::stream_protocol>>(
+      accept_ctx_, core::net::listen_unix(accept_ctx_, path, delete_existing, 0770),
+      /*follow=*/true, [this] { return place_next(); },
+      [this](asio::local::stream_protocol::socket s, core::io::WorkerPool::Placement place) {
+        std::make_shared<ConnectSession<asio::local::stream_protocol::socket>>(
+            std::move(s), router_, "unix", std::move(place.lease))
+            ->start();
+      },
+      [](const std::error_code& ec) {
+        KONN_LOG(core::log::get("server.http-connect"), warn, "http-connect frontend: accept: {}",
+                 ec.message());
+      });
+  unix_acceptor_->start();
 }
 
 void HttpConnectServer::listen_tls(const std::string& address, int port,
                                    core::tls::ServerTlsConfig tls, std::chrono::nanoseconds reload,
                                    std::string ciphers) {
-  // Checks and replacements run on accept_ctx_, where tls_ is used.
+  // Checks and replacements run on accept_ctx_; the acceptor's worker reads the current one.
   tls_files_ = std::make_unique<core::tls::ReloadingServerContext>(
       accept_ctx_.get_executor(), std::move(tls), std::move(ciphers), reload, "frontend",
-      [this](std::shared_ptr<asio::ssl::context> ctx) { tls_ = std::move(ctx); });
-  tls_ = tls_files_->current();
-  tcp_acceptor_ = std::make_unique<asio::ip::tcp::acceptor>(
-      core::net::listen_tcp(accept_ctx_, address, static_cast<uint16_t>(port)));
-  port_ = tcp_acceptor_->local_endpoint().port();
-  accept_tcp();
+      [this](std::shared_ptr<asio::ssl::context> ctx) {
+        std::lock_guard lock(tls_mu_);
+        tls_ = std::move(ctx);
+      });
+  {
+    std::lock_guard lock(tls_mu_);
+    tls_ = tls_files_->current();
+  }
+  auto listening = core::net::listen_tcp(accept_ctx_, address, static_cast<uint16_t>(port));
+  port_ = listening.local_endpoint().port();
+  tcp_acceptor_ = std::make_shared<core::net::PlacedAcceptor<asio::ip::tcp>>(
+      accept_ctx_, std::move(listening), /*follow=*/true, [this] { return place_next(); },
+      [this](asio::ip::tcp::socket s, core::io::WorkerPool::Placement place) {
+        core::net::set_nodelay(s);
+        std::error_code pec;
+        auto ep = s.remote_endpoint(pec);
+        std::string peer = pec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+        std::make_shared<ConnectSession<asio::ssl::stream<asio::ip::tcp::socket>>>(
+            asio::ssl::stream<asio::ip::tcp::socket>(std::move(s), *current_tls()), router_, peer,
+            std::move(place.lease))
+            ->start();
+      },
+      [](const std::error_code& ec) {
+        KONN_LOG(core::log::get("server.http-connect"), warn, "http-connect frontend: accept: {}",
+                 ec.message());
+      });
+  tcp_acceptor_->start();
 }
 
 void HttpConnectServer::stop() {
-  asio::post(accept_ctx_, [this] {
-    std::error_code ignored;
-    if (unix_acceptor_) unix_acceptor_->close(ignored);
-    if (tcp_acceptor_) tcp_acceptor_->close(ignored);
-  });
+  if (unix_acceptor_) unix_acceptor_->stop();
+  if (tcp_acceptor_) tcp_acceptor_->stop();
+}
+
+std::shared_ptr<asio::ssl::context> HttpConnectServer::current_tls() {
+  std::lock_guard lock(tls_mu_);
+  return tls_;
 }
 
 core::io::WorkerPool::Placement HttpConnectServer::place_next() {
   // Beside the agent connection the dial will most likely use: its packets then cross no thread.
   if (auto home = router_.backends().likely_home()) return pool_.place_at(*home);
   return pool_.place();
-}
-
-void HttpConnectServer::accept_unix() {
-  // The lease is taken before the accept: the accepted socket registers on place.ctx at once.
-  auto place = place_next();
-  unix_acceptor_->async_accept(
-      place.ctx, [this, lease = std::move(place.lease)](
-                     std::error_code ec, asio::local::stream_protocol::socket s) mutable {
-        if (ec == asio::error::operation_aborted || !unix_acceptor_->is_open()) return;
-        if (!ec) {
-          std::make_shared<ConnectSession<asio::local::stream_protocol::socket>>(
-              std::move(s), router_, "unix", std::move(lease))
-              ->start();
-        }
-        accept_unix();
-      });
-}
-
-void HttpConnectServer::accept_tcp() {
-  auto place = place_next();
-  tcp_acceptor_->async_accept(place.ctx, [this, lease = std::move(place.lease)](
-                                             std::error_code ec, asio::ip::tcp::socket s) mutable {
-    if (ec == asio::error::operation_aborted || !tcp_acceptor_->is_open()) return;
-    if (!ec) {
-      core::net::set_nodelay(s);
-      std::error_code pec;
-      auto ep = s.remote_endpoint(pec);
-      std::string peer = pec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
-      std::make_shared<ConnectSession<asio::ssl::stream<asio::ip::tcp::socket>>>(
-          asio::ssl::stream<asio::ip::tcp::socket>(std::move(s), *tls_), router_, peer,
-          std::move(lease))
-          ->start();
-    }
-    accept_tcp();
-  });
 }
 
 }  // namespace konn::server

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <asio/io_context.hpp>
@@ -10,6 +11,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "core/io/worker_pool.h"
+#include "core/net/placed_acceptor.h"
 #include "core/tls/reloading_context.h"
 
 namespace konn::server {
@@ -49,15 +51,17 @@ class HttpConnectServer {
   // The worker for the next connection: the likely agent connection's (BackendRegistry), else
   // the pool's round robin.
   core::io::WorkerPool::Placement place_next();
-  void accept_unix();
-  void accept_tcp();
+  std::shared_ptr<asio::ssl::context> current_tls();
 
   Router& router_;
   core::io::WorkerPool& pool_;
-  asio::io_context& accept_ctx_;
-  std::unique_ptr<asio::local::stream_protocol::acceptor> unix_acceptor_;
-  std::unique_ptr<asio::ip::tcp::acceptor> tcp_acceptor_;
-  std::shared_ptr<asio::ssl::context> tls_;  // used and replaced on accept_ctx_ only
+  asio::io_context& accept_ctx_;  // where the acceptor starts and certificates are re-read
+  // Each follows the placement to its worker (core/net/placed_acceptor.h).
+  std::shared_ptr<core::net::PlacedAcceptor<asio::local::stream_protocol>> unix_acceptor_;
+  std::shared_ptr<core::net::PlacedAcceptor<asio::ip::tcp>> tcp_acceptor_;
+  std::mutex tls_mu_;
+  std::shared_ptr<asio::ssl::context> tls_;  // under tls_mu_: replaced on accept_ctx_, read on
+                                             // whichever worker accepts
   std::unique_ptr<core::tls::ReloadingServerContext> tls_files_;
   int port_ = 0;
 };
