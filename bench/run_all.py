@@ -35,8 +35,12 @@ UPSTREAM = {  # issue 9: upstream ANP on a 2-core machine like ours, same kind o
 KONN_TUNNELS = ("konn-grpc", "konn-connect", "konn-grpc-go")
 # With --upstream-bin: upstream ANP's server and agent (bench/build-upstream.sh), started like
 # ours and driven by the same clients; each konn target is given as a ratio to its counterpart.
-UPSTREAM_OF = {"konn-grpc": "anp-grpc", "konn-grpc-go": "anp-grpc", "konn-connect": "anp-connect"}
-ANP_TARGETS = ("anp-grpc", "anp-connect")
+UPSTREAM_OF = {"konn-grpc": "anp-grpc", "konn-grpc-go": "anp-grpc-go",
+               "konn-connect": "anp-connect"}
+ANP_TARGETS = ("anp-grpc", "anp-grpc-go", "anp-connect")
+# Driven by the Go client (grpc-go, a new HTTP/2 connection per tunnel as kube-apiserver's
+# konnectivity-client opens one): the daemons of the target named after it without "-go".
+GO_TARGETS = ("konn-grpc-go", "anp-grpc-go")
 
 
 def log(msg):
@@ -584,7 +588,8 @@ listen relay
         return t
 
 
-ALL_TARGETS = ["iperf3", "direct", "relay2", "konn-grpc", "konn-grpc-go", "anp-grpc", "konn-connect",
+ALL_TARGETS = ["iperf3", "direct", "relay2", "konn-grpc", "konn-grpc-go", "anp-grpc", "anp-grpc-go",
+               "konn-connect",
                "anp-connect", "konn-socks5", "dante", "microsocks", "kubeproxy-connect",
                "tinyproxy", "squid", "apiserver-direct", "kubeproxy-http", "kubectl-proxy"]
 
@@ -600,8 +605,8 @@ class Bench:
         self.t = {}
         self.failures = []
         for name in args.only or ALL_TARGETS:
-            if name == "konn-grpc-go":
-                continue  # drives konn-grpc's daemons: made from it in run_once
+            if name in GO_TARGETS:
+                continue  # drives the daemons of the target without "-go": made in run_once
             if name in ANP_TARGETS and not args.upstream_bin:
                 continue  # upstream is run only when built (--upstream-bin)
             log(f"starting {name}")
@@ -610,9 +615,9 @@ class Bench:
             except Failure as e:  # the others still run; the exit status says it
                 log(f"FAILED {name} / start: {e}")
                 self.failures.append(f"{name} / start: {e}")
-        if args.go_client and "konn-grpc" in self.t and (not args.only or
-                                                         "konn-grpc-go" in args.only):
-            self.t["konn-grpc-go"] = None
+        for go in GO_TARGETS:
+            if args.go_client and go[:-3] in self.t and (not args.only or go in args.only):
+                self.t[go] = None
         self.rows = {}  # (target, workload, metric, unit) -> [value per run]
         self.profiles = {}  # (target, workload, daemon) -> [{thread: (cs/op, cpu us/op)} per run]
 
@@ -875,12 +880,13 @@ class Bench:
         for name in [n for n in ALL_TARGETS if n in self.t]:
             target = self.t[name]
             log(f"  {name}")
-            if name == "konn-grpc-go":
-                # konn-grpc's daemons (fresh from its memory step), driven by the Go client.
-                grpc = self.t["konn-grpc"]
+            if name in GO_TARGETS:
+                # The gRPC target's daemons (fresh from its memory step), driven by the Go
+                # client.
+                grpc = self.t[name[:-3]]
                 target = self.t[name] = Target(name, "konnectivity",
                                                "go+unix://" + grpc.via[len("grpc+unix://"):],
-                                               grpc.daemons, ["konn-grpc"])
+                                               grpc.daemons, [name[:-3]])
                 self.bulk(target)
                 self.round_trips(target)
                 self.dials(target)
@@ -1054,11 +1060,12 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated targets (default: all)")
     ap.add_argument("--json", default="")
     ap.add_argument("--go-client", default="",
-                    help="konn-go-client binary (bench/goclient): konn-grpc driven by grpc-go")
+                    help="konn-go-client binary (bench/goclient): konn-grpc (and anp-grpc)"
+                    " driven by grpc-go")
     ap.add_argument("--no-go", action="store_true", help="(run-all.sh) skip the Go client")
     ap.add_argument("--upstream-bin", default="",
                     help="directory of upstream ANP's server and agent (bench/build-upstream.sh):"
-                    " adds the targets anp-grpc and anp-connect")
+                    " adds the targets anp-grpc, anp-grpc-go (with --go-client) and anp-connect")
     ap.add_argument("--keep-work", action="store_true", help="keep logs and configs")
     args = ap.parse_args()
     if args.quick:
