@@ -10,9 +10,11 @@
 
 #include <asio/read.hpp>
 #include <catch2/catch.hpp>
+#include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "core/h2/connection.h"
 #include "core/h2/h2_test_peer.h"
+#include "core/log/logger.h"
 
 using namespace std::chrono_literals;
 using konn::core::h2::CallInfo;
@@ -94,6 +96,12 @@ void server_still_serves(uint16_t port) {
   auto r = call.wait_end();
   REQUIRE(r);
   CHECK(r->status.ok());
+}
+
+template <typename Pred>
+bool eventually(Pred pred) {
+  for (int i = 0; i < 2500 && !pred(); ++i) std::this_thread::sleep_for(2ms);
+  return pred();
 }
 
 bool has_reason(H2Server& server, const std::string& text) {
@@ -477,4 +485,50 @@ TEST_CASE("h2 server: shutdown sends GOAWAY, lets the open call finish, then clo
   CHECK(has_reason(server, ""));
   REQUIRE(rec.wait(1));
   CHECK(rec.snapshot()[0].ok());
+}
+
+TEST_CASE("h2 server: a peer that leaves after its calls ended is logged at debug, one that "
+          "leaves a call open at info",
+          "[h2][bad-peer]") {
+  // kube-apiserver opens a connection per tunnel and closes it when the tunnel ended: that end
+  // is not worth a line per tunnel. A connection that goes with a call still open is.
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  auto log = konn::core::log::get("h2");
+  log->sinks().push_back(ring);
+  struct Unhook {
+    std::shared_ptr<spdlog::logger> log;
+    spdlog::level::level_enum level;
+    ~Unhook() {
+      log->sinks().pop_back();
+      log->set_level(level);
+    }
+  } unhook{log, log->level()};
+  log->set_level(spdlog::level::debug);
+  auto closed_at = [&](spdlog::level::level_enum level) {
+    for (const auto& m : ring->last_raw()) {
+      const std::string text(m.payload.data(), m.payload.size());
+      if (m.level == level && text.find(" closed: ") != std::string::npos) return true;
+    }
+    return false;
+  };
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  {
+    RawPeer peer(server.port());
+    handshake(peer);
+  }
+  // A raw peer's close finds the server's frames unread: EOF or a reset, both the peer's leaving.
+  REQUIRE(eventually([&] { return server.close_reasons().size() == 1; }));
+  CHECK(closed_at(spdlog::level::debug));
+  CHECK_FALSE(closed_at(spdlog::level::info));
+  {
+    RawPeer peer(server.port());
+    handshake(peer);
+    peer.write(frame(kHeaders, kEndHeaders, 1, grpc_request_block("/AgentService/Connect")));
+    peer.write(frame(kPing, 0, 0, "abcdefgh"));
+    REQUIRE(peer.read_until(kPing));  // the call is open on the server
+  }
+  REQUIRE(rec.wait(1));
+  CHECK(rec.snapshot()[0].code == 14);  // UNAVAILABLE: the connection closed under it
+  CHECK(closed_at(spdlog::level::info));
 }

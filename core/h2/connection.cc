@@ -17,6 +17,12 @@ namespace konn::core::h2 {
 
 namespace {
 
+// The peer ended the connection: what a client that is done does, not a fault.
+bool peer_went_away(const std::error_code& ec) {
+  return ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe || ec == asio::ssl::error::stream_truncated;
+}
+
 constexpr size_t kReadBuffer = 64 * 1024;
 // One gathered write stops growing past this; the rest waits for the write to complete.
 constexpr size_t kWriteBatch = 256 * 1024;
@@ -573,7 +579,8 @@ void Connection::do_read() {
     if (self->closed_) return;
     if (ec) {
       self->close(ec == asio::error::eof ? std::string("the peer closed the connection")
-                                         : fmt::format("read: {}", ec.message()));
+                                         : fmt::format("read: {}", ec.message()),
+                  peer_went_away(ec));
       return;
     }
     self->in_recv_ = true;
@@ -623,7 +630,8 @@ void Connection::flush() {
                               self->writing_ = false;
                               if (self->closed_) return;
                               if (ec) {
-                                self->close(fmt::format("write: {}", ec.message()));
+                                self->close(fmt::format("write: {}", ec.message()),
+                                            peer_went_away(ec));
                                 return;
                               }
                               self->flush();
@@ -670,13 +678,15 @@ void Connection::shutdown() {
   flush();
 }
 
-void Connection::close(const std::string& reason) {
+void Connection::close(const std::string& reason, bool peer_gone) {
   if (closed_) return;
   closed_ = true;
   keepalive_.cancel();
   transport_->close();
   if (reason.empty()) {
     KONN_LOG(logger(), debug, "{} closed", options_.log_name);
+  } else if (peer_gone && streams_.empty()) {
+    KONN_LOG(logger(), debug, "{} closed: {}", options_.log_name, reason);
   } else {
     KONN_LOG(logger(), info, "{} closed: {}", options_.log_name, reason);
   }

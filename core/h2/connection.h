@@ -231,7 +231,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // GOAWAY (server: with the last stream processed), then closes once the open streams ended.
   void shutdown();
   // Closes at once: every open stream ends with UNAVAILABLE and `reason`.
-  void close(const std::string& reason);
+  void close(const std::string& reason) { close(reason, false); }
 
   // Runs `fn` on the connection's thread (thread-safe).
   void post(std::function<void()> fn);
@@ -257,6 +257,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ssize_t read_data(int32_t stream_id, uint8_t* buf, size_t length, uint32_t* flags);
 
  private:
+  // `peer_gone`: the peer ended the connection (EOF, reset, broken pipe). With no stream open
+  // that is how a single-use connection ends (kube-apiserver's, one per tunnel): logged at
+  // debug, not once per tunnel at info.
+  void close(const std::string& reason, bool peer_gone);
   Connection(Role role, std::unique_ptr<Transport> transport, ConnectionOptions options);
   void start_session();
   void do_read();
