@@ -588,10 +588,10 @@ listen relay
         return t
 
 
-ALL_TARGETS = ["iperf3", "direct", "relay2", "konn-grpc", "konn-grpc-go", "anp-grpc", "anp-grpc-go",
-               "konn-connect",
-               "anp-connect", "konn-socks5", "dante", "microsocks", "kubeproxy-connect",
-               "tinyproxy", "squid", "apiserver-direct", "kubeproxy-http", "kubectl-proxy"]
+ALL_TARGETS = ["iperf3", "direct", "relay2", "konn-grpc", "konn-grpc-go", "anp-grpc",
+               "anp-grpc-go", "konn-connect", "anp-connect", "konn-socks5", "dante", "microsocks",
+               "kubeproxy-connect", "tinyproxy", "squid", "apiserver-direct", "kubeproxy-http",
+               "kubectl-proxy"]
 
 
 # ---------------------------------------------------------------------------------------------
