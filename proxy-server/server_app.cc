@@ -131,7 +131,8 @@ void ServerApp::start_token_review() {
 }
 
 void ServerApp::start_http_connect() {
-  http_connect_ = std::make_unique<HttpConnectServer>(*router_, *pool_);
+  http_connect_ =
+      std::make_unique<HttpConnectServer>(*router_, *pool_, [this] { return place_frontend(); });
   if (!options_.uds_name.empty()) {
     http_connect_->listen_unix(options_.uds_name, options_.delete_existing_uds_file);
     KONN_LOG(log_, info, "frontend (http-connect) listening on unix:{}", options_.uds_name);
@@ -154,6 +155,12 @@ size_t ServerApp::worker_index(const asio::io_context& ctx) const {
     if (&pool_->at(i) == &ctx) return i;
   }
   return 0;
+}
+
+core::io::WorkerPool::Placement ServerApp::place_frontend() {
+  // Beside the agent connection the dial will most likely use: its packets then cross no thread.
+  if (auto home = router_->backends().likely_home()) return pool_->place_at(*home);
+  return pool_->place();
 }
 
 std::unique_ptr<core::tls::ReloadingServerContext> ServerApp::serve_tls(
@@ -184,10 +191,7 @@ void ServerApp::start_grpc_frontend() {
   lo.connection.peer_pings_without_calls = false;
   lo.handshake_timeout = to_millis(options_.tls_handshake_timeout);
   lo.on_handshake_timeout = [this] { metrics_.limit_hit("handshake_timeout"); };
-  lo.place = [this] {
-    if (auto home = router_->backends().likely_home()) return pool_->place_at(*home);
-    return pool_->place();
-  };
+  lo.place = [this] { return place_frontend(); };
   auto on_accept = [this](const std::shared_ptr<core::h2::Connection>& conn,
                           const core::h2::PeerInfo& peer) -> core::h2::Connection::CallHandler {
     auto& home = home_of(*conn);

@@ -75,6 +75,9 @@ class ServerApp {
                                                                const std::string& what);
   void start_grpc_frontend();
   void start_agent_listener();
+  // Where a new frontend connection (gRPC or CONNECT) lives: the worker of the agent connection
+  // its dial will most likely use (BackendRegistry::likely_home), else the pool's round robin.
+  core::io::WorkerPool::Placement place_frontend();
   // The index in pool_ of a worker's context.
   size_t worker_index(const asio::io_context& ctx) const;
   void start_token_review();

@@ -7,9 +7,8 @@
 #include <mutex>
 #include <optional>
 #include <system_error>
-#include <utility>
-
 #include <unistd.h>
+#include <utility>
 
 #include <asio/basic_socket_acceptor.hpp>
 #include <asio/io_context.hpp>
@@ -87,7 +86,7 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
     done.get_future().wait();
   }
 
-  // Where the listening socket is now (tests).
+  // Where the listening socket is now (its home; any thread).
   asio::io_context* current_home() {
     std::lock_guard lock(mu_);
     return home_;

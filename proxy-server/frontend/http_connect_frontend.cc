@@ -679,26 +679,30 @@ class ConnectSession : public Frontend,
   std::atomic<uint64_t> bytes_to_client_{0};  // also counted by direct writes
 };
 
+// Out of descriptors, most likely: the acceptor tries again a little later.
+void log_accept_error(const std::error_code& ec) {
+  KONN_LOG(core::log::get("server.http-connect"), warn, "http-connect frontend: accept: {}",
+           ec.message());
+}
+
 }  // namespace
 
-HttpConnectServer::HttpConnectServer(Router& router, core::io::WorkerPool& pool)
-    : router_(router), pool_(pool), accept_ctx_(pool.at(0)) {}
+HttpConnectServer::HttpConnectServer(Router& router, core::io::WorkerPool& pool,
+                                     std::function<core::io::WorkerPool::Placement()> place)
+    : router_(router), place_(std::move(place)), accept_ctx_(pool.at(0)) {}
 
 HttpConnectServer::~HttpConnectServer() { stop(); }
 
 void HttpConnectServer::listen_unix(const std::string& path, bool delete_existing) {
   unix_acceptor_ = std::make_shared<core::net::PlacedAcceptor<asio::local::stream_protocol>>(
       accept_ctx_, core::net::listen_unix(accept_ctx_, path, delete_existing, 0770),
-      /*follow=*/true, [this] { return place_next(); },
+      /*follow=*/true, place_,
       [this](asio::local::stream_protocol::socket s, core::io::WorkerPool::Placement place) {
         std::make_shared<ConnectSession<asio::local::stream_protocol::socket>>(
             std::move(s), router_, "unix", std::move(place.lease))
             ->start();
       },
-      [](const std::error_code& ec) {
-        KONN_LOG(core::log::get("server.http-connect"), warn, "http-connect frontend: accept: {}",
-                 ec.message());
-      });
+      log_accept_error);
   unix_acceptor_->start();
 }
 
@@ -719,7 +723,7 @@ void HttpConnectServer::listen_tls(const std::string& address, int port,
   auto listening = core::net::listen_tcp(accept_ctx_, address, static_cast<uint16_t>(port));
   port_ = listening.local_endpoint().port();
   tcp_acceptor_ = std::make_shared<core::net::PlacedAcceptor<asio::ip::tcp>>(
-      accept_ctx_, std::move(listening), /*follow=*/true, [this] { return place_next(); },
+      accept_ctx_, std::move(listening), /*follow=*/true, place_,
       [this](asio::ip::tcp::socket s, core::io::WorkerPool::Placement place) {
         core::net::set_nodelay(s);
         std::error_code pec;
@@ -730,10 +734,7 @@ void HttpConnectServer::listen_tls(const std::string& address, int port,
             std::move(place.lease))
             ->start();
       },
-      [](const std::error_code& ec) {
-        KONN_LOG(core::log::get("server.http-connect"), warn, "http-connect frontend: accept: {}",
-                 ec.message());
-      });
+      log_accept_error);
   tcp_acceptor_->start();
 }
 
@@ -745,12 +746,6 @@ void HttpConnectServer::stop() {
 std::shared_ptr<asio::ssl::context> HttpConnectServer::current_tls() {
   std::lock_guard lock(tls_mu_);
   return tls_;
-}
-
-core::io::WorkerPool::Placement HttpConnectServer::place_next() {
-  // Beside the agent connection the dial will most likely use: its packets then cross no thread.
-  if (auto home = router_.backends().likely_home()) return pool_.place_at(*home);
-  return pool_.place();
 }
 
 }  // namespace konn::server

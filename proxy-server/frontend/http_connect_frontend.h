@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,7 +34,10 @@ class Router;
 // the gRPC frontend, docs/ARCHITECTURE.md).
 class HttpConnectServer {
  public:
-  HttpConnectServer(Router& router, core::io::WorkerPool& pool);
+  // `place` chooses the worker of each new connection (ServerApp::place_frontend); the acceptor
+  // starts on the pool's first worker.
+  HttpConnectServer(Router& router, core::io::WorkerPool& pool,
+                    std::function<core::io::WorkerPool::Placement()> place);
   ~HttpConnectServer();
 
   // Listen on a unix socket (mode 0770).
@@ -48,13 +52,10 @@ class HttpConnectServer {
   void stop();
 
  private:
-  // The worker for the next connection: the likely agent connection's (BackendRegistry), else
-  // the pool's round robin.
-  core::io::WorkerPool::Placement place_next();
   std::shared_ptr<asio::ssl::context> current_tls();
 
   Router& router_;
-  core::io::WorkerPool& pool_;
+  std::function<core::io::WorkerPool::Placement()> place_;
   asio::io_context& accept_ctx_;  // where the acceptor starts and certificates are re-read
   // Each follows the placement to its worker (core/net/placed_acceptor.h).
   std::shared_ptr<core::net::PlacedAcceptor<asio::local::stream_protocol>> unix_acceptor_;
