@@ -23,9 +23,10 @@ bool peer_went_away(const std::error_code& ec) {
          ec == asio::error::broken_pipe || ec == asio::ssl::error::stream_truncated;
 }
 
-constexpr size_t kReadBuffer = 64 * 1024;
 // One gathered write stops growing past this; the rest waits for the write to complete.
 constexpr size_t kWriteBatch = 256 * 1024;
+// The write buffer an idle connection may keep (a few small frames' worth).
+constexpr size_t kKeptWriteBuffer = 4 * 1024;
 // Custom metadata of one header block (keys and values) beyond this resets the stream.
 constexpr size_t kMaxHeaderBlock = 64 * 1024;
 
@@ -439,7 +440,6 @@ Connection::Connection(Role role, std::unique_ptr<Transport> transport, Connecti
       transport_(std::move(transport)),
       options_(std::move(options)),
       executor_(transport_->executor()),
-      in_(kReadBuffer),
       keepalive_(executor_) {
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
@@ -574,8 +574,7 @@ void Connection::police_peer_ping() {
 }
 
 void Connection::do_read() {
-  transport_->async_read_some(asio::buffer(in_), [self = shared_from_this()](std::error_code ec,
-                                                                             size_t n) {
+  transport_->async_read([self = shared_from_this()](std::error_code ec, std::string_view in) {
     if (self->closed_) return;
     if (ec) {
       self->close(ec == asio::error::eof ? std::string("the peer closed the connection")
@@ -584,8 +583,8 @@ void Connection::do_read() {
       return;
     }
     self->in_recv_ = true;
-    const auto rv = nghttp2_session_mem_recv(self->session_,
-                                             reinterpret_cast<const uint8_t*>(self->in_.data()), n);
+    const auto rv = nghttp2_session_mem_recv(
+        self->session_, reinterpret_cast<const uint8_t*>(in.data()), in.size());
     self->in_recv_ = false;
     if (self->closed_) return;
     if (rv < 0) {
@@ -623,6 +622,8 @@ void Connection::flush() {
   }
   in_flush_ = false;
   if (closed_) return;
+  // Nothing to send: an idle connection keeps no buffer from its last burst.
+  if (out_.empty() && out_.capacity() > kKeptWriteBuffer) std::string().swap(out_);
   if (!out_.empty()) {
     writing_ = true;
     transport_->async_write(asio::buffer(out_),

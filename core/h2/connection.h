@@ -243,6 +243,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t open_streams() const { return streams_.size(); }
   // Bytes of the write in flight (the only transport buffer).
   size_t write_buffer_bytes() const { return out_.size(); }
+  // Bytes the write buffer keeps allocated (an idle connection keeps at most a few KiB).
+  size_t write_buffer_capacity() const { return out_.capacity(); }
   Role role() const { return role_; }
   const ConnectionOptions& options() const { return options_; }
 
@@ -282,7 +284,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   CallHandler on_call_;
   std::function<void(const std::string&)> on_close_;
   std::function<void(int32_t, uint32_t)> on_goaway_;
-  std::vector<char> in_;
   std::string out_;
   std::vector<std::shared_ptr<Stream>> drained_;
   std::vector<std::weak_ptr<Stream>> parked_;  // closed in HTTP/2, end not yet delivered (paused)

@@ -24,6 +24,11 @@ int select_h2(SSL* /*ssl*/, const unsigned char** out, unsigned char* outlen,
 
 }  // namespace
 
+std::vector<char>& thread_read_buffer() {
+  static thread_local std::vector<char> buf(64 * 1024);
+  return buf;
+}
+
 void enable_h2_alpn(asio::ssl::context& ctx) {
   SSL_CTX_set_alpn_select_cb(ctx.native_handle(), select_h2, nullptr);
 }

@@ -3,13 +3,16 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/buffer.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
+#include <asio/post.hpp>
 #include <asio/ssl.hpp>
 #include <asio/write.hpp>
 
@@ -20,12 +23,16 @@ namespace konn::core::h2 {
 class Transport {
  public:
   using IoHandler = std::function<void(std::error_code, size_t)>;
+  // The bytes read, valid only during the call (empty with an error).
+  using ReadHandler = std::function<void(std::error_code, std::string_view)>;
   virtual ~Transport() = default;
   virtual asio::any_io_executor executor() = 0;
   // TLS: the handshake, then a check that ALPN chose "h2" (an error otherwise). Plain: done at
   // once.
   virtual void async_handshake(bool server, std::function<void(std::error_code)> done) = 0;
-  virtual void async_read_some(asio::mutable_buffer buf, IoHandler done) = 0;
+  // Reads what has arrived: at least one byte, or an error. Where the bytes are read into is the
+  // transport's business: no buffer is held for an idle connection where that can be helped.
+  virtual void async_read(ReadHandler done) = 0;
   // Writes all of `buf`.
   virtual void async_write(asio::const_buffer buf, IoHandler done) = 0;
   // Closes the descriptor; pending operations complete with operation_aborted.
@@ -41,17 +48,39 @@ void offer_h2_alpn(SSL* ssl);
 // The protocol ALPN chose on `ssl` ("" when none).
 std::string alpn_selected(SSL* ssl);
 
-// Plain sockets (TCP, unix): h2c with prior knowledge.
+// The buffer plain sockets read into: one per thread, so that an idle connection holds none.
+// A read's bytes are handed to its handler and consumed there (HTTP/2 parses them at once), before
+// the thread reads anything else.
+std::vector<char>& thread_read_buffer();
+
+// Plain sockets (TCP, unix): h2c with prior knowledge. A read waits for readability, then reads
+// into the thread's buffer; after a read that filled it, the next one reads without waiting.
 template <typename Socket>
 class SocketTransport final : public Transport {
  public:
-  explicit SocketTransport(Socket socket) : socket_(std::move(socket)) {}
+  explicit SocketTransport(Socket socket) : socket_(std::move(socket)) {
+    std::error_code ignored;
+    socket_.non_blocking(true, ignored);
+  }
   asio::any_io_executor executor() override { return socket_.get_executor(); }
   void async_handshake(bool /*server*/, std::function<void(std::error_code)> done) override {
     done({});
   }
-  void async_read_some(asio::mutable_buffer buf, IoHandler done) override {
-    socket_.async_read_some(buf, std::move(done));
+  void async_read(ReadHandler done) override {
+    if (std::exchange(more_, false)) {
+      // Posted, not called: the handler issues the next read, which must not nest in this one.
+      asio::post(socket_.get_executor(),
+                 [this, done = std::move(done)]() mutable { read_now(std::move(done)); });
+      return;
+    }
+    socket_.async_wait(Socket::wait_read,
+                       [this, done = std::move(done)](std::error_code ec) mutable {
+                         if (ec) {
+                           done(ec, {});
+                           return;
+                         }
+                         read_now(std::move(done));
+                       });
   }
   void async_write(asio::const_buffer buf, IoHandler done) override {
     asio::async_write(socket_, buf, std::move(done));
@@ -64,7 +93,28 @@ class SocketTransport final : public Transport {
   Socket& socket() { return socket_; }
 
  private:
+  void read_now(ReadHandler done) {
+    if (!socket_.is_open()) {
+      done(asio::error::operation_aborted, {});
+      return;
+    }
+    std::vector<char>& buf = thread_read_buffer();
+    std::error_code ec;
+    const size_t n = socket_.read_some(asio::buffer(buf), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      async_read(std::move(done));  // readable was stale: wait again
+      return;
+    }
+    if (ec) {
+      done(ec, {});
+      return;
+    }
+    more_ = n == buf.size();
+    done({}, std::string_view(buf.data(), n));
+  }
+
   Socket socket_;
+  bool more_ = false;  // the last read filled the buffer: more is probably waiting
 };
 
 // TLS over a socket (asio::ssl::stream). A client stream is given ALPN "h2" by the transport.
@@ -93,8 +143,14 @@ class TlsTransport final : public Transport {
         });
   }
   bool handshake_done() const { return handshake_done_; }
-  void async_read_some(asio::mutable_buffer buf, IoHandler done) override {
-    stream_.async_read_some(buf, std::move(done));
+  // Into a buffer of this transport's: an asynchronous TLS read needs one while it waits. One
+  // record (16 KiB) is the most a read returns, so the buffer is no larger.
+  void async_read(ReadHandler done) override {
+    in_.resize(kTlsRecord);
+    stream_.async_read_some(asio::buffer(in_),
+                            [this, done = std::move(done)](std::error_code ec, size_t n) {
+                              done(ec, ec ? std::string_view() : std::string_view(in_.data(), n));
+                            });
   }
   void async_write(asio::const_buffer buf, IoHandler done) override {
     asio::async_write(stream_, buf, std::move(done));
@@ -108,7 +164,9 @@ class TlsTransport final : public Transport {
   asio::ssl::stream<Socket>& stream() { return stream_; }
 
  private:
+  static constexpr size_t kTlsRecord = 16 * 1024;
   asio::ssl::stream<Socket> stream_;
+  std::vector<char> in_;
   bool handshake_done_ = false;
 };
 

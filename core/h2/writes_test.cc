@@ -1,0 +1,190 @@
+// What one HTTP/2 connection writes, write by write: a transport that records each write lets the
+// tests see which frames leave together (a peer's reads cannot tell: the kernel may merge writes).
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <asio/local/connect_pair.hpp>
+#include <catch2/catch.hpp>
+
+#include "core/h2/connection.h"
+#include "core/h2/grpc_framing.h"
+#include "core/h2/h2_test_peer.h"
+#include "core/h2/transport.h"
+
+using namespace std::chrono_literals;
+using namespace konn::core::h2;
+using namespace konn::core::h2::testing;
+
+namespace {
+
+constexpr uint8_t kData = 0, kHeaders = 1, kSettings = 4;
+constexpr uint8_t kEndHeaders = 4, kAck = 1;
+using Unix = asio::local::stream_protocol;
+
+// A transport that keeps a copy of every write its inner transport is given.
+class RecordingTransport final : public Transport {
+ public:
+  explicit RecordingTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  asio::any_io_executor executor() override { return inner_->executor(); }
+  void async_handshake(bool server, std::function<void(std::error_code)> done) override {
+    inner_->async_handshake(server, std::move(done));
+  }
+  void async_read(ReadHandler done) override { inner_->async_read(std::move(done)); }
+  void async_write(asio::const_buffer buf, IoHandler done) override {
+    {
+      std::lock_guard lock(mu_);
+      writes_.emplace_back(static_cast<const char*>(buf.data()), buf.size());
+    }
+    inner_->async_write(buf, std::move(done));
+  }
+  void close() override { inner_->close(); }
+  bool is_tls() const override { return false; }
+
+  std::vector<std::string> writes() {
+    std::lock_guard lock(mu_);
+    return writes_;
+  }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::mutex mu_;
+  std::vector<std::string> writes_;
+};
+
+struct FrameHead {
+  uint8_t type;
+  uint8_t flags;
+  uint32_t stream_id;
+  size_t length;
+};
+
+// The frames of one write, in order (a write holds whole frames).
+std::vector<FrameHead> frames_of(const std::string& w) {
+  std::vector<FrameHead> out;
+  for (size_t i = 0; i + 9 <= w.size();) {
+    const auto* p = reinterpret_cast<const uint8_t*>(w.data() + i);
+    FrameHead f{p[3], p[4],
+                (uint32_t{p[5]} << 24 | uint32_t{p[6]} << 16 | uint32_t{p[7]} << 8 | p[8]) &
+                    0x7fffffffu,
+                size_t{p[0]} << 16 | size_t{p[1]} << 8 | p[2]};
+    out.push_back(f);
+    i += 9 + f.length;
+  }
+  return out;
+}
+
+// Our server Connection on one end of a socket pair (its writes recorded); the test thread
+// writes raw bytes into the other end and drains what comes back.
+struct ServerOnPair {
+  Loop loop;
+  Unix::socket peer{loop.ctx()};
+  RecordingTransport* recorder = nullptr;
+  std::shared_ptr<Connection> conn;
+
+  // `make_handler` gets the connection's io_context (its thread).
+  explicit ServerOnPair(
+      const std::function<Connection::CallHandler(asio::io_context&)>& make_handler) {
+    auto handler = make_handler(loop.ctx());
+    loop.run([&] {
+      Unix::socket ours(loop.ctx());
+      asio::local::connect_pair(ours, peer);
+      auto rec = std::make_unique<RecordingTransport>(
+          std::make_unique<UnixTransport>(std::move(ours)));
+      recorder = rec.get();
+      conn = Connection::create(Connection::Role::Server, std::move(rec), ConnectionOptions{});
+      conn->set_call_handler(std::move(handler));
+      conn->start();
+      return 0;
+    });
+  }
+  ~ServerOnPair() {
+    loop.run([&] {
+      conn->close("test over");
+      return 0;
+    });
+  }
+  void write(const std::string& bytes) {
+    const int fd = peer.native_handle();
+    for (size_t off = 0; off < bytes.size();) {
+      const ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      REQUIRE(n > 0);
+      off += static_cast<size_t>(n);
+    }
+  }
+  // Reads and drops what the server sent (so it never waits on a full socket).
+  void drain() {
+    char buf[4096];
+    pollfd p{peer.native_handle(), POLLIN, 0};
+    while (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0) {
+      if (::recv(peer.native_handle(), buf, sizeof(buf), MSG_DONTWAIT) <= 0) break;
+    }
+  }
+  // Waits until a recorded write satisfies `pred`; its index, or nullopt after 5 s.
+  template <typename Pred>
+  std::optional<size_t> wait_write(Pred pred) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      drain();
+      const auto ws = recorder->writes();
+      for (size_t i = 0; i < ws.size(); ++i) {
+        if (pred(frames_of(ws[i]))) return i;
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+    return std::nullopt;
+  }
+};
+
+std::string client_preface() {
+  return std::string(kPreface) + frame(kSettings, 0, 0, "") + frame(kSettings, kAck, 0, "");
+}
+
+std::string grpc_message_frame(uint32_t stream_id, const std::string& payload) {
+  return frame(kData, 0, stream_id, grpc_frame(payload));
+}
+
+}  // namespace
+
+TEST_CASE("h2: an idle connection keeps no write buffer from its last burst", "[h2][writes]") {
+  ServerOnPair s([](asio::io_context&) {
+    return [](const std::shared_ptr<Stream>& st, const CallInfo&) {
+      std::weak_ptr<Stream> w = st;
+      StreamCallbacks cb;
+      cb.on_message = [w](std::string&&) {
+        if (auto live = w.lock()) live->send_message(std::string(1024 * 1024, 'x'));
+      };
+      st->set_callbacks(std::move(cb));
+    };
+  });
+  s.write(client_preface() +
+          frame(kHeaders, kEndHeaders, 1, grpc_request_block("/AgentService/Connect")) +
+          grpc_message_frame(1, "send me a MiB"));
+  // The client's windows (64 KiB) let the first part go; a larger buffer was needed for it.
+  REQUIRE(s.wait_write([](const std::vector<FrameHead>& fs) {
+    for (const auto& f : fs) {
+      if (f.type == kData) return true;
+    }
+    return false;
+  }));
+  // Every write completed and nothing more may go (the windows are spent): idle.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  size_t held = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    s.drain();
+    held = s.loop.run([&] { return s.conn->write_buffer_capacity(); });
+    if (held <= 4096) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK(held <= 4096);
+}
