@@ -193,6 +193,16 @@ std::optional<std::string> find_metadata(const Metadata& md, std::string_view ke
   return std::nullopt;
 }
 
+// --- WriteHold ------------------------------------------------------------------------------
+
+WriteHold::WriteHold(std::shared_ptr<Connection> conn) : conn_(std::move(conn)) {
+  conn_->hold_writes();
+}
+
+WriteHold::~WriteHold() {
+  if (conn_) conn_->release_writes();
+}
+
 // --- Stream ---------------------------------------------------------------------------------
 
 size_t Stream::buffered_bytes() const { return inbox_bytes_ + decoder_.partial_bytes(); }
@@ -203,6 +213,11 @@ bool Stream::send_message(std::string_view payload) {
   framed.append(kGrpcPrefixBytes, '\0');
   framed.append(payload);
   return send_framed(std::move(framed));
+}
+
+WriteHold Stream::hold_writes() {
+  if (ended_ || conn_ == nullptr || conn_->closed()) return {};
+  return WriteHold(conn_->shared_from_this());
 }
 
 bool Stream::send_framed(std::string&& framed) {
@@ -520,7 +535,9 @@ void Connection::start() {
 
 void Connection::start_session() {
   started_ = true;
-  flush();
+  // A client speaks first (its preface); a server's SETTINGS leave with the answer to it, the
+  // ACK of the client's SETTINGS, in one write.
+  if (role_ == Role::Client) flush();
   do_read();
   if (options_.keepalive_interval.count() > 0) {
     keepalive_.expires_after(options_.keepalive_interval);
@@ -605,20 +622,35 @@ void Connection::do_read() {
   });
 }
 
+void Connection::release_writes() {
+  if (--write_holds_ > 0 || !std::exchange(flush_wanted_, false)) return;
+  flush();
+}
+
 void Connection::flush() {
+  if (write_holds_ > 0) {
+    flush_wanted_ = true;
+    return;
+  }
   if (in_recv_ || in_flush_ || writing_ || closed_ || !started_) return;
   in_flush_ = true;
   out_.clear();
-  while (out_.size() < kWriteBatch) {
-    const uint8_t* data = nullptr;
-    const auto n = nghttp2_session_mem_send(session_, &data);
-    if (n < 0) {
-      in_flush_ = false;
-      close(fmt::format("HTTP/2: {}", nghttp2_strerror(static_cast<int>(n))));
-      return;
+  for (;;) {
+    while (out_.size() < kWriteBatch) {
+      const uint8_t* data = nullptr;
+      const auto n = nghttp2_session_mem_send(session_, &data);
+      if (n < 0) {
+        in_flush_ = false;
+        close(fmt::format("HTTP/2: {}", nghttp2_strerror(static_cast<int>(n))));
+        return;
+      }
+      if (n == 0) break;
+      out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
     }
-    if (n == 0) break;
-    out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+    if (closed_ || drained_.empty() || out_.size() >= kWriteBatch) break;
+    // A stream whose queue emptied may queue more at once (a server's last message, then its
+    // status): that joins this write rather than waiting for it to complete.
+    run_drained();
   }
   in_flush_ = false;
   if (closed_) return;
@@ -638,12 +670,8 @@ void Connection::flush() {
                               self->flush();
                             });
   }
-  // Streams whose queue emptied may send more now (outside nghttp2's calls).
-  auto drained = std::move(drained_);
-  drained_.clear();
-  for (auto& s : drained) {
-    if (!s->ended_ && s->queued_bytes_ == 0 && s->on_drained_) s->on_drained_();
-  }
+  // Streams whose queue emptied while the batch was full may send more now.
+  run_drained();
   if (writing_ || closed_) return;
   if (!close_after_flush_.empty()) {
     close(close_after_flush_);
@@ -654,6 +682,14 @@ void Connection::flush() {
     return;
   }
   maybe_finish_shutdown();
+}
+
+void Connection::run_drained() {
+  auto drained = std::move(drained_);
+  drained_.clear();
+  for (auto& s : drained) {
+    if (!s->ended_ && s->queued_bytes_ == 0 && s->on_drained_) s->on_drained_();
+  }
 }
 
 void Connection::maybe_finish_shutdown() {

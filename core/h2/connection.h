@@ -64,6 +64,21 @@ struct StreamCallbacks {
 
 class Connection;
 
+// Holds a connection's writes back while it lives (see Stream::hold_writes). Movable only.
+class WriteHold {
+ public:
+  WriteHold() = default;
+  explicit WriteHold(std::shared_ptr<Connection> conn);
+  WriteHold(WriteHold&&) noexcept = default;
+  WriteHold& operator=(WriteHold&&) = delete;
+  WriteHold(const WriteHold&) = delete;
+  WriteHold& operator=(const WriteHold&) = delete;
+  ~WriteHold();
+
+ private:
+  std::shared_ptr<Connection> conn_;
+};
+
 // One gRPC call on a Connection. Held by the application as a shared_ptr; its methods must be
 // called on the connection's thread. After on_end every method is a no-op.
 class Stream {
@@ -103,6 +118,11 @@ class Stream {
   void set_on_drained(std::function<void()> cb) { on_drained_ = std::move(cb); }
   void set_callbacks(StreamCallbacks cb) { cb_ = std::move(cb); }
   bool ended() const { return ended_; }
+  // Holds the connection's writes back until the returned object goes, so that what is queued
+  // meanwhile leaves in one write: a last message and the status after it, which would otherwise
+  // take two (the status waits for the write that carries the message). Empty once the stream
+  // ended.
+  [[nodiscard]] WriteHold hold_writes();
 
   // Internal: constructed by Connection.
   Stream(Connection* conn, int32_t id, size_t max_message_bytes)
@@ -248,8 +268,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Role role() const { return role_; }
   const ConnectionOptions& options() const { return options_; }
 
-  // Internal (nghttp2 callbacks and Stream).
+  // Internal (nghttp2 callbacks, Stream and WriteHold).
   void flush();
+  void hold_writes() { ++write_holds_; }
+  void release_writes();
   nghttp2_session* session() { return session_; }
   int on_begin_headers(int32_t stream_id, int cat);
   int on_header(int32_t stream_id, std::string_view name, std::string_view value);
@@ -272,6 +294,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::milliseconds timeout);
   void keepalive_tick();
   void police_peer_ping();
+  // Calls on_drained of the streams whose send queue emptied (outside nghttp2's calls).
+  void run_drained();
   void maybe_finish_shutdown();
   Stream* find(int32_t id);
 
@@ -293,7 +317,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool goaway_received_ = false;
   std::string close_after_flush_;  // a fatal session error: close once the GOAWAY is written
   bool in_recv_ = false;           // inside nghttp2_session_mem_recv: no mem_send now
-  bool flush_wanted_ = false;
+  int write_holds_ = 0;            // WriteHolds alive: flush() waits for the last
+  bool flush_wanted_ = false;      // flush() was called while held
   bool closed_ = false;
   bool shutting_down_ = false;
   asio::steady_timer keepalive_;

@@ -1,20 +1,20 @@
 // What one HTTP/2 connection writes, write by write: a transport that records each write lets the
 // tests see which frames leave together (a peer's reads cannot tell: the kernel may merge writes).
 
-#include <poll.h>
-#include <sys/socket.h>
-
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <poll.h>
 #include <string>
+#include <sys/socket.h>
 #include <thread>
 #include <vector>
 
 #include <asio/local/connect_pair.hpp>
+#include <asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 
 #include "core/h2/connection.h"
@@ -29,7 +29,7 @@ using namespace konn::core::h2::testing;
 namespace {
 
 constexpr uint8_t kData = 0, kHeaders = 1, kSettings = 4;
-constexpr uint8_t kEndHeaders = 4, kAck = 1;
+constexpr uint8_t kEndStream = 1, kEndHeaders = 4, kAck = 1;
 using Unix = asio::local::stream_protocol;
 
 // A transport that keeps a copy of every write its inner transport is given.
@@ -74,14 +74,18 @@ std::vector<FrameHead> frames_of(const std::string& w) {
   std::vector<FrameHead> out;
   for (size_t i = 0; i + 9 <= w.size();) {
     const auto* p = reinterpret_cast<const uint8_t*>(w.data() + i);
-    FrameHead f{p[3], p[4],
-                (uint32_t{p[5]} << 24 | uint32_t{p[6]} << 16 | uint32_t{p[7]} << 8 | p[8]) &
-                    0x7fffffffu,
-                size_t{p[0]} << 16 | size_t{p[1]} << 8 | p[2]};
+    FrameHead f{
+        p[3], p[4],
+        (uint32_t{p[5]} << 24 | uint32_t{p[6]} << 16 | uint32_t{p[7]} << 8 | p[8]) & 0x7fffffffu,
+        size_t{p[0]} << 16 | size_t{p[1]} << 8 | p[2]};
     out.push_back(f);
     i += 9 + f.length;
   }
   return out;
+}
+
+bool is_frame(const FrameHead& f, uint8_t type, uint8_t flags) {
+  return f.type == type && (f.flags & flags) == flags;
 }
 
 // Our server Connection on one end of a socket pair (its writes recorded); the test thread
@@ -99,8 +103,8 @@ struct ServerOnPair {
     loop.run([&] {
       Unix::socket ours(loop.ctx());
       asio::local::connect_pair(ours, peer);
-      auto rec = std::make_unique<RecordingTransport>(
-          std::make_unique<UnixTransport>(std::move(ours)));
+      auto rec =
+          std::make_unique<RecordingTransport>(std::make_unique<UnixTransport>(std::move(ours)));
       recorder = rec.get();
       conn = Connection::create(Connection::Role::Server, std::move(rec), ConnectionOptions{});
       conn->set_call_handler(std::move(handler));
@@ -154,7 +158,78 @@ std::string grpc_message_frame(uint32_t stream_id, const std::string& payload) {
   return frame(kData, 0, stream_id, grpc_frame(payload));
 }
 
+bool has_trailers(const std::vector<FrameHead>& fs) {
+  for (const auto& f : fs) {
+    if (is_frame(f, kHeaders, kEndStream | kEndHeaders)) return true;
+  }
+  return false;
+}
+
+// A handler that answers the first message with "bye" and the OK status, queued under a
+// WriteHold when `hold`. Queued from a handler of its own, as a server does when the answer comes
+// from elsewhere (the agent): what is queued while the connection reads leaves after the read.
+Connection::CallHandler last_message_then_status(asio::io_context& ctx, bool hold) {
+  return [&ctx, hold](const std::shared_ptr<Stream>& s, const CallInfo&) {
+    std::weak_ptr<Stream> w = s;
+    StreamCallbacks cb;
+    cb.on_message = [&ctx, w, hold](std::string&&) {
+      // Later, once the connection's writes of this read (SETTINGS ACK, ...) completed.
+      auto timer = std::make_shared<asio::steady_timer>(ctx, 50ms);
+      timer->async_wait([timer, w, hold](std::error_code) {
+        auto live = w.lock();
+        if (!live) return;
+        std::optional<WriteHold> held;
+        if (hold) held.emplace(live->hold_writes());
+        live->send_message("bye");
+        live->finish({});
+      });
+    };
+    s->set_callbacks(std::move(cb));
+  };
+}
+
 }  // namespace
+
+TEST_CASE("h2 server: its SETTINGS wait for the client's preface and leave with their ACK",
+          "[h2][writes]") {
+  ServerOnPair s(
+      [](asio::io_context&) { return [](const std::shared_ptr<Stream>&, const CallInfo&) {}; });
+  // A client speaks first: until it does, the server writes nothing.
+  std::this_thread::sleep_for(50ms);
+  CHECK(s.recorder->writes().empty());
+  s.write(std::string(kPreface) + frame(kSettings, 0, 0, ""));
+  auto first = s.wait_write([](const std::vector<FrameHead>& fs) { return !fs.empty(); });
+  REQUIRE(first);
+  CHECK(*first == 0);
+  const auto fs = frames_of(s.recorder->writes()[0]);
+  REQUIRE(fs.size() >= 2);
+  CHECK(is_frame(fs[0], kSettings, 0));
+  CHECK((fs[0].flags & kAck) == 0);
+  CHECK(is_frame(fs[1], kSettings, kAck));
+}
+
+TEST_CASE("h2 server: a last message and the status queued under a WriteHold leave in one write",
+          "[h2][writes]") {
+  for (const bool hold : {true, false}) {
+    CAPTURE(hold);
+    ServerOnPair s([hold](asio::io_context& ctx) { return last_message_then_status(ctx, hold); });
+    s.write(client_preface() +
+            frame(kHeaders, kEndHeaders, 1, grpc_request_block("/AgentService/Connect")) +
+            grpc_message_frame(1, "hello"));
+    auto with_trailers = s.wait_write(has_trailers);
+    REQUIRE(with_trailers);
+    const auto ws = s.recorder->writes();
+    const auto fs = frames_of(ws[*with_trailers]);
+    bool data_before_trailers = false;
+    for (const auto& f : fs) {
+      if (is_frame(f, kHeaders, kEndStream | kEndHeaders)) break;
+      if (f.type == kData && f.stream_id == 1) data_before_trailers = true;
+    }
+    // Held, "bye" and the status share one write; otherwise the status waits for the write
+    // that carries "bye", and goes in the next.
+    CHECK(data_before_trailers == hold);
+  }
+}
 
 TEST_CASE("h2: an idle connection keeps no write buffer from its last burst", "[h2][writes]") {
   ServerOnPair s([](asio::io_context&) {

@@ -65,6 +65,18 @@ class H2ServerStream : public PacketStream {
   void cancel_op(const grpc::Status& status) override;
   void on_write_failed(const Packet& p) override { failed_write_type_ = p.type(); }
 
+  // Runs `fn` with the connection's writes held (h2::Stream::hold_writes) when called on the home
+  // thread, so that the packets and the status it queues leave in one write; elsewhere `fn`
+  // simply runs (its operations are posted home one by one).
+  template <typename Fn>
+  void with_writes_held(Fn&& fn) {
+    std::optional<h2::WriteHold> hold;
+    if (home_->get_executor().running_in_this_thread() && stream_) {
+      hold.emplace(stream_->hold_writes());
+    }
+    fn();
+  }
+
   // Runs `fn` on the home thread: at once when called there, else posted (holding this).
   template <typename Fn>
   void on_home_thread(Fn&& fn) {

@@ -444,8 +444,11 @@ void GrpcFrontend::deliver_close(Packet&& p) {
       close_reason_ = p.type() == DIAL_CLS ? "dial closed by agent" : "closed by agent";
     }
   }
-  send(std::move(p));
-  close(grpc::Status::OK);
+  // CLOSE_RSP and the status in one write.
+  with_writes_held([&] {
+    send(std::move(p));
+    close(grpc::Status::OK);
+  });
 }
 
 void GrpcFrontend::backend_gone() {
