@@ -798,8 +798,13 @@ class Bench:
                     flags.append(f"--http-get={http_get}")
                     via, dest = "direct", target.via.split("//")[1]
                 idle = [memory_kib(p.pid) for _, p in target.daemons]
-                argv = [f"{self.bindir}/konn-loadgen", "hold", f"--via={via}",
-                        f"--target={dest}", *flags]
+                if via.startswith("go+unix://"):
+                    # A gRPC connection per tunnel, as kube-apiserver opens them.
+                    argv = [self.args.go_client, "hold", f"--uds={via[len('go+unix://'):]}",
+                            f"--target={dest}", *flags]
+                else:
+                    argv = [f"{self.bindir}/konn-loadgen", "hold", f"--via={via}",
+                            f"--target={dest}", *flags]
                 holder = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, text=True,
                                           start_new_session=True)
@@ -881,12 +886,19 @@ class Bench:
             target = self.t[name]
             log(f"  {name}")
             if name in GO_TARGETS:
-                # The gRPC target's daemons (fresh from its memory step), driven by the Go
-                # client.
-                grpc = self.t[name[:-3]]
+                # The gRPC target's daemons, driven by the Go client: restarted first, so that
+                # idle tunnels (a connection each) are measured on fresh processes.
+                try:
+                    grpc = self.t[name[:-3]] = self.launcher.restart(self.t[name[:-3]])
+                except Failure as e:
+                    self.failures.append(f"{name} / restart: {e}")
+                    log(f"FAILED {name} / restart: {e}")
+                    continue
                 target = self.t[name] = Target(name, "konnectivity",
                                                "go+unix://" + grpc.via[len("grpc+unix://"):],
                                                grpc.daemons, [name[:-3]])
+                time.sleep(a.settle)
+                self.memory(target, [a.idle])
                 self.bulk(target)
                 self.round_trips(target)
                 self.dials(target)

@@ -7,12 +7,17 @@
 //	konn-go-client bulk  --uds=PATH --target=IP:PORT --direction=down|up --streams=1 --bytes=N
 //	konn-go-client rr    --uds=PATH --target=IP:PORT --tunnels=1 --size=64 --duration=3s
 //	konn-go-client dials --uds=PATH --target=IP:PORT --concurrency=1 --request --duration=3s
+//	konn-go-client hold  --uds=PATH --target=IP:PORT --count=1000 --concurrency=32
+//
+// hold opens --count idle tunnels, prints {"event":"ready"}, waits for a line on stdin, closes
+// them and prints {"event":"closed"}: konn-loadgen hold's protocol, for the memory workload.
 //
 // Like konnectivity-client's single-use tunnels, each tunnel gets its own gRPC connection unless
 // --shared-conn is given; received DATA waits in a channel of 10 packets (its xfrChannelSize).
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -265,6 +270,7 @@ func main() {
 	duration := fs.Duration("duration", 3*time.Second, "rr, dials: how long")
 	concurrency := fs.Int("concurrency", 1, "dials: concurrent dialers")
 	request := fs.Bool("request", false, "dials: one echo request per tunnel")
+	count := fs.Int("count", 1000, "hold: tunnels to hold open")
 	sharedConn := fs.Bool("shared-conn", false, "all tunnels on one gRPC connection")
 	fs.Parse(os.Args[2:])
 	if *uds == "" || *target == "" {
@@ -407,6 +413,37 @@ func main() {
 		out["concurrency"], out["request"], out["dials"] = n, *request, count
 		out["rate"] = float64(count) / secs
 		out["p50_us"], out["p99_us"] = percentile(all, 0.5), percentile(all, 0.99)
+	case "hold":
+		ts := make([]*tunnel, *count)
+		start := time.Now()
+		var next int64 = -1
+		parallel(*concurrency, func(int) error {
+			for i := atomic.AddInt64(&next, 1); i < int64(*count); i = atomic.AddInt64(&next, 1) {
+				t, err := open(*uds, *target)
+				if err != nil {
+					return err
+				}
+				if _, err := t.Write(header('I', 0)); err != nil {
+					return err
+				}
+				ts[i] = t
+			}
+			return nil
+		})
+		j, _ := json.Marshal(map[string]interface{}{"event": "ready", "count": *count,
+			"seconds": time.Since(start).Seconds()})
+		fmt.Println(string(j))
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		next = -1
+		parallel(*concurrency, func(int) error {
+			for i := atomic.AddInt64(&next, 1); i < int64(*count); i = atomic.AddInt64(&next, 1) {
+				if err := ts[i].Close(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		out["event"], out["workload"], out["count"] = "closed", "hold", *count
 	default:
 		fail("unknown mode %q", mode)
 	}
