@@ -268,7 +268,7 @@ func main() {
 	tunnels := fs.Int("tunnels", 1, "rr: concurrent tunnels")
 	size := fs.Int("size", 64, "rr, dials --request: bytes per request")
 	duration := fs.Duration("duration", 3*time.Second, "rr, dials: how long")
-	concurrency := fs.Int("concurrency", 1, "dials: concurrent dialers")
+	concurrency := fs.Int("concurrency", 1, "dials: concurrent dialers; hold: tunnels opened at once")
 	request := fs.Bool("request", false, "dials: one echo request per tunnel")
 	count := fs.Int("count", 1000, "hold: tunnels to hold open")
 	sharedConn := fs.Bool("shared-conn", false, "all tunnels on one gRPC connection")
