@@ -145,11 +145,12 @@ class TlsTransport final : public Transport {
   bool handshake_done() const { return handshake_done_; }
   // Into a buffer of this transport's: an asynchronous TLS read needs one while it waits. One
   // record (16 KiB) is the most a read returns, so the buffer is no larger.
+  // Not zero-filled: its pages become resident only as far as records fill them.
   void async_read(ReadHandler done) override {
-    in_.resize(kTlsRecord);
-    stream_.async_read_some(asio::buffer(in_),
+    if (!in_) in_.reset(new char[kTlsRecord]);
+    stream_.async_read_some(asio::buffer(in_.get(), kTlsRecord),
                             [this, done = std::move(done)](std::error_code ec, size_t n) {
-                              done(ec, ec ? std::string_view() : std::string_view(in_.data(), n));
+                              done(ec, ec ? std::string_view() : std::string_view(in_.get(), n));
                             });
   }
   void async_write(asio::const_buffer buf, IoHandler done) override {
@@ -166,7 +167,7 @@ class TlsTransport final : public Transport {
  private:
   static constexpr size_t kTlsRecord = 16 * 1024;
   asio::ssl::stream<Socket> stream_;
-  std::vector<char> in_;
+  std::unique_ptr<char[]> in_;
   bool handshake_done_ = false;
 };
 
