@@ -14,12 +14,16 @@
 //
 // Like konnectivity-client's single-use tunnels, each tunnel gets its own gRPC connection unless
 // --shared-conn is given; received DATA waits in a channel of 10 packets (its xfrChannelSize).
+// --addr=HOST:PORT --cert --key --ca reach a TCP+mTLS frontend instead of --uds (by hand; the
+// bench drives the unix socket).
 package main
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -34,6 +38,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	pb "konnbench/konnectivity"
 )
@@ -73,7 +78,25 @@ type tunnel struct {
 
 var shared *grpc.ClientConn
 
+// TCP+mTLS frontend (--addr with --cert, --key, --ca) instead of the unix socket.
+var tlsAddr, tlsCert, tlsKey, tlsCA string
+
 func dialConn(uds string) (*grpc.ClientConn, error) {
+	if tlsAddr != "" {
+		pair, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+		if err != nil {
+			return nil, err
+		}
+		pem, err := os.ReadFile(tlsCA)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool})
+		return grpc.Dial(tlsAddr, grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	}
 	return grpc.Dial("unix://"+uds, grpc.WithInsecure(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 }
@@ -272,9 +295,13 @@ func main() {
 	request := fs.Bool("request", false, "dials: one echo request per tunnel")
 	count := fs.Int("count", 1000, "hold: tunnels to hold open")
 	sharedConn := fs.Bool("shared-conn", false, "all tunnels on one gRPC connection")
+	fs.StringVar(&tlsAddr, "addr", "", "TCP+mTLS frontend host:port instead of --uds")
+	fs.StringVar(&tlsCert, "cert", "", "--addr: client certificate")
+	fs.StringVar(&tlsKey, "key", "", "--addr: its key")
+	fs.StringVar(&tlsCA, "ca", "", "--addr: CA of the server's certificate")
 	fs.Parse(os.Args[2:])
-	if *uds == "" || *target == "" {
-		fail("--uds and --target are required")
+	if (*uds == "" && tlsAddr == "") || *target == "" {
+		fail("--uds (or --addr) and --target are required")
 	}
 	if *sharedConn {
 		var err error
