@@ -78,23 +78,28 @@ type tunnel struct {
 
 var shared *grpc.ClientConn
 
-// TCP+mTLS frontend (--addr with --cert, --key, --ca) instead of the unix socket.
-var tlsAddr, tlsCert, tlsKey, tlsCA string
+// TCP+mTLS frontend (--addr with --cert, --key, --ca) instead of the unix socket: the
+// credentials are loaded once, in main, for every connection.
+var tlsAddr string
+var tlsCreds credentials.TransportCredentials
+
+func loadTLS(cert, key, ca string) (credentials.TransportCredentials, error) {
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool}), nil
+}
 
 func dialConn(uds string) (*grpc.ClientConn, error) {
 	if tlsAddr != "" {
-		pair, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
-		if err != nil {
-			return nil, err
-		}
-		pem, err := os.ReadFile(tlsCA)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(pem)
-		creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool})
-		return grpc.Dial(tlsAddr, grpc.WithTransportCredentials(creds),
+		return grpc.Dial(tlsAddr, grpc.WithTransportCredentials(tlsCreds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 	}
 	return grpc.Dial("unix://"+uds, grpc.WithInsecure(),
@@ -296,12 +301,18 @@ func main() {
 	count := fs.Int("count", 1000, "hold: tunnels to hold open")
 	sharedConn := fs.Bool("shared-conn", false, "all tunnels on one gRPC connection")
 	fs.StringVar(&tlsAddr, "addr", "", "TCP+mTLS frontend host:port instead of --uds")
-	fs.StringVar(&tlsCert, "cert", "", "--addr: client certificate")
-	fs.StringVar(&tlsKey, "key", "", "--addr: its key")
-	fs.StringVar(&tlsCA, "ca", "", "--addr: CA of the server's certificate")
+	cert := fs.String("cert", "", "--addr: client certificate")
+	key := fs.String("key", "", "--addr: its key")
+	ca := fs.String("ca", "", "--addr: CA of the server's certificate")
 	fs.Parse(os.Args[2:])
 	if (*uds == "" && tlsAddr == "") || *target == "" {
 		fail("--uds (or --addr) and --target are required")
+	}
+	if tlsAddr != "" {
+		var err error
+		if tlsCreds, err = loadTLS(*cert, *key, *ca); err != nil {
+			fail("%v", err)
+		}
 	}
 	if *sharedConn {
 		var err error
