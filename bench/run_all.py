@@ -880,6 +880,18 @@ class Bench:
                             "s/GiB", secs / (a.bytes / 2**30))
         self.step(target, "download", download)
 
+    def restarted(self, name, target):
+        """`target` on freshly started daemons, left --settle seconds; None, the failure recorded
+        against `name`, when they do not start."""
+        try:
+            fresh = self.launcher.restart(target)
+        except Failure as e:
+            self.failures.append(f"{name} / restart: {e}")
+            log(f"FAILED {name} / restart: {e}")
+            return None
+        time.sleep(self.args.settle)
+        return fresh
+
     def run_once(self):
         a = self.args
         for name in [n for n in ALL_TARGETS if n in self.t]:
@@ -888,16 +900,13 @@ class Bench:
             if name in GO_TARGETS:
                 # The gRPC target's daemons, driven by the Go client: restarted first, so that
                 # idle tunnels (a connection each) are measured on fresh processes.
-                try:
-                    grpc = self.t[name[:-3]] = self.launcher.restart(self.t[name[:-3]])
-                except Failure as e:
-                    self.failures.append(f"{name} / restart: {e}")
-                    log(f"FAILED {name} / restart: {e}")
+                grpc = self.restarted(name, self.t[name[:-3]])
+                if grpc is None:
                     continue
+                self.t[name[:-3]] = grpc
                 target = self.t[name] = Target(name, "konnectivity",
                                                "go+unix://" + grpc.via[len("grpc+unix://"):],
                                                grpc.daemons, [name[:-3]])
-                time.sleep(a.settle)
                 self.memory(target, [a.idle])
                 self.bulk(target)
                 self.round_trips(target)
@@ -909,14 +918,11 @@ class Bench:
                 counts = [a.idle] + ([a.idle_ours] if name in KONN_TUNNELS and
                                      a.idle_ours > a.idle else [])
                 for count in counts:
-                    try:
-                        target = self.t[name] = self.launcher.restart(target)
-                    except Failure as e:
-                        self.failures.append(f"{name} / restart: {e}")
-                        log(f"FAILED {name} / restart: {e}")
+                    fresh = self.restarted(name, target)
+                    if fresh is None:
                         target.dead = True
                         break
-                    time.sleep(a.settle)
+                    target = self.t[name] = fresh
                     self.memory(target, [count], http_get="/api"
                                 if target.group == "kubectl-proxy" else None)
                 if target.dead:
