@@ -96,6 +96,12 @@ void ServerApp::start() {
   } else {
     start_grpc_frontend();
   }
+  // A frontend's accept waits with a placement chosen beforehand; when agents come or go, the
+  // one waiting is placed again, so the first connection after the change goes beside its agent.
+  router_->set_on_backends_changed([this] {
+    if (frontend_listener_) frontend_listener_->reconsider_placement();
+    if (http_connect_) http_connect_->reconsider_placement();
+  });
   start_agent_listener();
   // Published only now: a lease tells agents there is one more server to reach.
   if (options_.enable_lease_controller) start_leases();
@@ -400,6 +406,7 @@ void ServerApp::shutdown() {
   draining_ = true;
   if (lease_stopper_.joinable()) lease_stopper_.join();
   if (leases_) leases_->stop();
+  if (router_) router_->set_on_backends_changed(nullptr);  // before the frontends go
   // Whatever is still open (tunnels past the graceful timeout; agent streams, which never end by
   // themselves) is closed: its calls end UNAVAILABLE on their workers, which then stop.
   if (frontend_listener_) frontend_listener_->stop(std::chrono::milliseconds(0));

@@ -249,6 +249,11 @@ void Listener::listen_unix(const std::string& path, bool delete_existing, unsign
   unix_ = start_accepting(std::move(listening));
 }
 
+void Listener::reconsider_placement() {
+  if (tcp_) tcp_->reconsider();
+  if (unix_) unix_->reconsider();
+}
+
 template <typename Protocol>
 std::shared_ptr<core::net::PlacedAcceptor<Protocol>> Listener::start_accepting(
     asio::basic_socket_acceptor<Protocol> listening) {

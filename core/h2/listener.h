@@ -101,6 +101,9 @@ class Listener {
   // Binds and starts accepting. Throws std::system_error naming the address (core/net).
   void listen_tcp(const std::string& host, uint16_t port);
   void listen_unix(const std::string& path, bool delete_existing, unsigned mode);
+  // With options.place: the placement it returns may have changed (an agent connected, say); an
+  // accept already waiting is placed again (PlacedAcceptor::reconsider). Any thread.
+  void reconsider_placement();
   // The TCP port bound (0 before listen_tcp).
   uint16_t port() const { return port_; }
 

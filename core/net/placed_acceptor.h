@@ -21,6 +21,8 @@ namespace konn::core::net {
 
 // Accepts on a listening socket, each connection with a WorkerPool placement chosen before the
 // accept (its descriptor lease taken first, the socket registered on that worker at once).
+// When what decides the placement changes while an accept waits (an agent connected),
+// reconsider() cancels that accept and places it again.
 //
 // With `follow`, the listening socket itself moves to the worker of the next placement before it
 // waits: the thread that will serve a connection is the one woken to accept it, and begins it
@@ -29,9 +31,9 @@ namespace konn::core::net {
 // stable placement, such as the worker of the only agent's connection, it moves once. Without
 // `follow` it stays on the context it was made on and only the accepted sockets go elsewhere.
 //
-// Threads: everything but stop() runs on the listening socket's current context ("home");
-// a move releases the descriptor there and registers it on the next home, under mu_, so stop()
-// always finds where to close it.
+// Threads: everything but stop() and reconsider() runs on the listening socket's current context
+// ("home"); a move releases the descriptor there and registers it on the next home, under mu_, so
+// stop() always finds where to close it.
 template <typename Protocol>
 class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protocol>> {
  public:
@@ -86,6 +88,15 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
     done.get_future().wait();
   }
 
+  // The placement of the next connection may have changed (an agent connected, say): an accept
+  // already waiting with the old one is cancelled and placed again. Any thread; nothing once
+  // stopped. (A placement is chosen before its accept waits, so without this the first
+  // connection after such a change would still go where the old choice said.)
+  void reconsider() {
+    asio::io_context* home = current_home();
+    asio::post(*home, [self = this->shared_from_this(), home] { self->reconsider_here(home); });
+  }
+
   // Where the listening socket is now (its home; any thread).
   asio::io_context* current_home() {
     std::lock_guard lock(mu_);
@@ -96,6 +107,24 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
   bool stopped() {
     std::lock_guard lock(mu_);
     return stopped_;
+  }
+
+  // On `posted_to`, which was the home when reconsider() posted this.
+  void reconsider_here(asio::io_context* posted_to) {
+    asio::io_context* home;
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) return;
+      home = home_;
+    }
+    if (home != posted_to) {  // it moved since: the accept it now waits with may be stale too
+      asio::post(*home, [self = this->shared_from_this(), home] { self->reconsider_here(home); });
+      return;
+    }
+    if (!waiting_) return;  // between accepts: next() places the next one afresh anyway
+    replace_ = true;
+    std::error_code ignored;
+    acceptor_->cancel(ignored);
   }
 
   // On the home thread.
@@ -154,9 +183,16 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
       return;
     }
     auto& ctx = placement.ctx;
+    waiting_ = true;
+    replace_ = false;
     acceptor_->async_accept(ctx, [self = this->shared_from_this(), p = std::move(placement)](
                                      std::error_code ec, Socket socket) mutable {
-      if (ec == asio::error::operation_aborted || self->stopped()) return;
+      self->waiting_ = false;
+      if (self->stopped()) return;
+      if (ec == asio::error::operation_aborted) {
+        if (std::exchange(self->replace_, false)) self->next();  // reconsider(): place again
+        return;
+      }
       if (ec) {
         self->on_error_(ec);
         self->retry_.emplace(*self->current_home(), std::chrono::milliseconds(100));
@@ -176,6 +212,8 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
   std::optional<Acceptor> acceptor_;
   Protocol protocol_;
   std::optional<asio::steady_timer> retry_;  // on the home context
+  bool waiting_ = false;                     // an accept is pending (home thread)
+  bool replace_ = false;                     // it was cancelled by reconsider() (home thread)
   const bool follow_;
   Place place_;
   OnAccept on_accept_;

@@ -135,3 +135,38 @@ TEST_CASE("a stopped acceptor, wherever it moved, accepts nothing more", "[net]"
   std::this_thread::sleep_for(20ms);
   CHECK(f.accepted_count() == 1);
 }
+
+TEST_CASE("a following acceptor places its waiting accept again when asked to reconsider",
+          "[net]") {
+  // The placement says worker 0 until the test switches it to 1, as likely_home() does once an
+  // agent connects on worker 1 while an accept already waits with the old choice.
+  std::atomic<size_t> target{0};
+  Fixture f(true, [&target](int) { return target.load(); });
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (f.placements.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(f.placements.load() == 1);  // the first accept waits, placed on worker 0
+  target = 1;
+  f.acceptor->reconsider();
+  while (f.placements.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(f.placements.load() == 2);  // placed again, before any connection came
+  f.connect(1);
+  REQUIRE(f.accepted_count() == 1);
+  CHECK(f.accepted[0].placed == 1);
+  CHECK(f.accepted[0].on_placed_thread);
+  CHECK(f.acceptor->current_home() == &f.pool.at(1));
+}
+
+TEST_CASE("reconsider on a stopped acceptor does nothing", "[net]") {
+  Fixture f(true, [](int) { return size_t{1}; });
+  f.connect(1);
+  REQUIRE(f.accepted_count() == 1);
+  f.acceptor->stop();
+  const int before = f.placements.load();
+  f.acceptor->reconsider();
+  std::this_thread::sleep_for(20ms);
+  CHECK(f.placements.load() == before);
+}

@@ -693,6 +693,11 @@ HttpConnectServer::HttpConnectServer(Router& router, core::io::WorkerPool& pool,
 
 HttpConnectServer::~HttpConnectServer() { stop(); }
 
+void HttpConnectServer::reconsider_placement() {
+  if (unix_acceptor_) unix_acceptor_->reconsider();
+  if (tcp_acceptor_) tcp_acceptor_->reconsider();
+}
+
 void HttpConnectServer::listen_unix(const std::string& path, bool delete_existing) {
   unix_acceptor_ = std::make_shared<core::net::PlacedAcceptor<asio::local::stream_protocol>>(
       accept_ctx_, core::net::listen_unix(accept_ctx_, path, delete_existing, 0770),

@@ -49,6 +49,9 @@ class HttpConnectServer {
   void listen_tls(const std::string& address, int port, core::tls::ServerTlsConfig tls,
                   std::chrono::nanoseconds reload, std::string ciphers);
   int port() const { return port_; }
+  // The placement `place` returns may have changed (an agent connected, say): an accept already
+  // waiting is placed again (PlacedAcceptor::reconsider). Any thread.
+  void reconsider_placement();
   void stop();
 
  private:

@@ -54,11 +54,23 @@ Router::Router(const ServerOptions& options, asio::io_context& timers, ServerMet
 void Router::add_backend(const std::shared_ptr<Backend>& backend) {
   backends_.add(backend);
   update_ready_gauges();
+  backends_changed();
 }
 
 void Router::remove_backend(const Backend* backend) {
   backends_.remove(backend);
   update_ready_gauges();
+  backends_changed();
+}
+
+void Router::set_on_backends_changed(std::function<void()> hook) {
+  std::lock_guard lock(hook_mu_);
+  on_backends_changed_ = std::move(hook);
+}
+
+void Router::backends_changed() {
+  std::lock_guard lock(hook_mu_);
+  if (on_backends_changed_) on_backends_changed_();
 }
 
 bool Router::acquire_frontend(const std::string& peer) {

@@ -1,7 +1,9 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -40,9 +42,12 @@ class Router {
   // Non-null when --node-to-control-plane-destinations is set.
   NodeService* node() { return node_; }
   void set_node(NodeService* node) { node_ = node; }
-  // Registry changes go through these so the ready_backends gauges follow.
+  // Registry changes go through these so the ready_backends gauges follow, and then call the
+  // hook set here (the frontends place their next connection again). The hook runs on the
+  // caller's thread under a lock of its own; set it to nullptr before what it uses goes away.
   void add_backend(const std::shared_ptr<Backend>& backend);
   void remove_backend(const Backend* backend);
+  void set_on_backends_changed(std::function<void()> hook);
 
   // --max-frontend-streams: takes a slot for a new gRPC frontend stream or CONNECT connection.
   // False when every slot is taken (counted in limits_hit_total and logged with `peer`); the
@@ -64,6 +69,8 @@ class Router {
  private:
   const ServerOptions& options_;
   BackendRegistry backends_;
+  std::mutex hook_mu_;
+  std::function<void()> on_backends_changed_;  // under hook_mu_
   PendingDialTable pending_;
   asio::io_context& timers_;
   core::tunnel::Deadlines deadlines_;
@@ -72,6 +79,7 @@ class Router {
   NodeService* node_ = nullptr;
   std::atomic<int64_t> frontends_{0};  // slots taken (--max-frontend-streams)
   void update_ready_gauges();
+  void backends_changed();
 };
 
 }  // namespace konn::server
