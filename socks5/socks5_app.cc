@@ -184,12 +184,23 @@ void Socks5App::begin_shutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
   accepting_ = false;
+  if (acceptors_.empty()) {
+    begin_drain();
+    return;
+  }
+  // Each listening socket is closed on its own thread; the drain (and its log line, which says
+  // new connections are refused) begins once the last one is.
+  auto open = std::make_shared<std::atomic<size_t>>(acceptors_.size());
   for (auto& a : acceptors_) {
-    asio::post(a->get_executor(), [acc = a.get()] {
+    asio::post(a->get_executor(), [this, acc = a.get(), open] {
       std::error_code ignored;
       acc->close(ignored);
+      if (open->fetch_sub(1) == 1) asio::post(main_, [this] { begin_drain(); });
     });
   }
+}
+
+void Socks5App::begin_drain() {
   KONN_LOG(logger(), info, "shutting down: draining {} sessions for up to {}", registry_.active(),
            core::config::format_go_duration(options_.graceful_shutdown_timeout));
   drain_deadline_ = std::chrono::steady_clock::now() +

@@ -45,6 +45,8 @@ class Socks5App {
   core::io::Awaitable<void> accept_loop(asio::ip::tcp::acceptor& acceptor,
                                         core::io::DescriptorReserve& reserve);
   void begin_shutdown();
+  // On main_, once every listening socket is closed.
+  void begin_drain();
   void poll_drain();
   core::net::Resolver& resolver_for(const asio::any_io_executor& ex);
   void open_listeners();
