@@ -136,11 +136,10 @@ class Attempt {
   // TLS on `socket` (to the server, or a tunnel to it): SNI and name check against t_.host, ALPN
   // "h2" through the transport's own handshake.
   core::io::Awaitable<ServerConnectResult> handshake(asio::ip::tcp::socket socket) {
-    asio::ssl::stream<asio::ip::tcp::socket> stream(std::move(socket), *t_.tls);
-    if (!core::tls::prepare_client(stream.native_handle(), t_.host, true)) {
+    auto transport = std::make_unique<core::h2::TcpTlsTransport>(std::move(socket), *t_.tls);
+    if (!core::tls::prepare_client(transport->native_handle(), t_.host, true)) {
       co_return failed("TLS: cannot use the server name \"" + t_.host + "\"");
     }
-    auto transport = std::make_unique<core::h2::TcpTlsTransport>(std::move(stream));
     deadline_.close = [tp = transport.get()] { tp->close(); };
     if (deadline_.expired) co_return timed_out("TLS handshake with " + target_);
     auto [ec] = co_await asio::async_initiate<decltype(use_nothrow), void(std::error_code)>(
@@ -156,7 +155,7 @@ class Attempt {
       co_return failed("no HTTP/2 (ALPN h2) from " + target_);
     }
     if (ec) {
-      const long verify = SSL_get_verify_result(transport->stream().native_handle());
+      const long verify = SSL_get_verify_result(transport->native_handle());
       if (verify != X509_V_OK) {
         co_return failed("TLS handshake with " + target_ + ": certificate verify failed (" +
                          X509_verify_cert_error_string(verify) + ")");

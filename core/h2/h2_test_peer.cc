@@ -95,8 +95,7 @@ void H2Server::accept() {
     if (ec) return;
     s.set_option(asio::ip::tcp::no_delay(true));
     if (kind_ == Kind::Tls) {
-      add(std::make_unique<TcpTlsTransport>(
-          asio::ssl::stream<asio::ip::tcp::socket>(std::move(s), *tls_)));
+      add(std::make_unique<TcpTlsTransport>(std::move(s), *tls_));
     } else {
       add(std::make_unique<TcpTransport>(std::move(s)));
     }
@@ -126,8 +125,7 @@ std::shared_ptr<Connection> connect_client(Loop& loop, Kind kind, const std::str
         c->set_verify_mode(asio::ssl::verify_peer);
         return c;
       }();
-      t = std::make_unique<TcpTlsTransport>(
-          asio::ssl::stream<asio::ip::tcp::socket>(std::move(s), *tls));
+      t = std::make_unique<TcpTlsTransport>(std::move(s), *tls);
     } else {
       t = std::make_unique<TcpTransport>(std::move(s));
     }

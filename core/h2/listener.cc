@@ -110,9 +110,8 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     log_name_ = fmt::format("{} {}", state_->options.name, peer_.address);
     if (peer_.unix_socket) log_name_ += fmt::format(" #{}", peer_.id);
     if (tls_) {
-      auto t = std::make_unique<TlsTransport<Socket>>(
-          asio::ssl::stream<Socket>(std::move(socket), *tls_));
-      ssl_ = t->stream().native_handle();
+      auto t = std::make_unique<TlsTransport<Socket>>(std::move(socket), *tls_);
+      ssl_ = t->native_handle();
       transport_ = std::move(t);
     } else {
       transport_ = std::make_unique<SocketTransport<Socket>>(std::move(socket));

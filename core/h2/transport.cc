@@ -1,5 +1,11 @@
 #include "core/h2/transport.h"
 
+#include <cerrno>
+#include <cstdint>
+#include <sys/socket.h>
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 namespace konn::core::h2 {
@@ -22,7 +28,154 @@ int select_h2(SSL* /*ssl*/, const unsigned char** out, unsigned char* outlen,
   return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
 
+// A BIO on a descriptor the transport's socket owns: recv and send, with MSG_NOSIGNAL so that a
+// peer that went away is an error (EPIPE), never a SIGPIPE, whatever the process does with it.
+int fd_of(BIO* b) { return static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(b))); }
+
+int bio_read(BIO* b, char* out, int len) {
+  BIO_clear_retry_flags(b);
+  const ssize_t n = ::recv(fd_of(b), out, static_cast<size_t>(len), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(b);
+  if (n == 0) BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+  return static_cast<int>(n);
+}
+
+int bio_write(BIO* b, const char* in, int len) {
+  BIO_clear_retry_flags(b);
+  const ssize_t n = ::send(fd_of(b), in, static_cast<size_t>(len), MSG_NOSIGNAL);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(b);
+  return static_cast<int>(n);
+}
+
+long bio_ctrl(BIO* b, int cmd, long /*num*/, void* ptr) {
+  switch (cmd) {
+    case BIO_CTRL_FLUSH:
+      return 1;
+    case BIO_CTRL_EOF:  // OpenSSL tells a peer that vanished from one that closed cleanly
+      return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0 ? 1 : 0;
+    case BIO_C_GET_FD:
+      if (ptr != nullptr) *static_cast<int*>(ptr) = fd_of(b);
+      return fd_of(b);
+    default:
+      return 0;
+  }
+}
+
+int bio_create(BIO* b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+BIO_METHOD* socket_bio_method() {
+  // Exception: made once and never freed, shared by every TLS session of the process.
+  static BIO_METHOD* const method = [] {
+    BIO_METHOD* m =
+        BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "konn fd");
+    if (m != nullptr) {
+      BIO_meth_set_read(m, bio_read);
+      BIO_meth_set_write(m, bio_write);
+      BIO_meth_set_ctrl(m, bio_ctrl);
+      BIO_meth_set_create(m, bio_create);
+    }
+    return m;
+  }();
+  return method;
+}
+
+std::error_code last_ssl_error() {
+  return {static_cast<int>(ERR_get_error()), asio::error::get_ssl_category()};
+}
+
 }  // namespace
+
+TlsEngine::TlsEngine(SSL_CTX* ctx, int fd) : ssl_(SSL_new(ctx)) {
+  BIO* bio = socket_bio_method() == nullptr ? nullptr : BIO_new(socket_bio_method());
+  if (ssl_ == nullptr || bio == nullptr) {
+    const std::error_code ec = last_ssl_error();
+    BIO_free(bio);
+    SSL_free(ssl_);
+    throw std::system_error(ec, "TLS session");
+  }
+  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+  SSL_set_bio(ssl_, bio, bio);  // one reference, owned by the session
+  // Partial writes: SSL_write returns after each record, so a write that the socket cannot take
+  // whole is resumed where it stopped. Released buffers: an idle session holds no record buffer.
+  SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                         SSL_MODE_RELEASE_BUFFERS);
+  // One recv takes whatever has arrived, not a record header and then its body.
+  SSL_set_read_ahead(ssl_, 1);
+}
+
+TlsEngine::~TlsEngine() { SSL_free(ssl_); }
+
+TlsEngine::Want TlsEngine::want(int ret, std::error_code& ec) {
+  const int saved_errno = errno;
+  switch (SSL_get_error(ssl_, ret)) {
+    case SSL_ERROR_WANT_READ:
+      return Want::Read;
+    case SSL_ERROR_WANT_WRITE:
+      return Want::Write;
+    case SSL_ERROR_ZERO_RETURN:  // close_notify
+      ec = asio::error::eof;
+      return Want::Nothing;
+    case SSL_ERROR_SYSCALL:
+      if (ERR_peek_error() != 0) {
+        ec = last_ssl_error();
+      } else if (saved_errno != 0) {
+        ec = std::error_code(saved_errno, asio::error::get_system_category());
+      } else {
+        ec = asio::ssl::error::stream_truncated;  // the connection ended without close_notify
+      }
+      return Want::Nothing;
+    case SSL_ERROR_SSL:
+      if (ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+        ERR_clear_error();
+        ec = asio::ssl::error::stream_truncated;
+      } else {
+        ec = last_ssl_error();
+      }
+      return Want::Nothing;
+    default:
+      ec = last_ssl_error();
+      if (!ec) ec = asio::ssl::error::unspecified_system_error;
+      return Want::Nothing;
+  }
+}
+
+TlsEngine::Want TlsEngine::handshake(bool server, std::error_code& ec) {
+  if (!started_) {
+    if (server) {
+      SSL_set_accept_state(ssl_);
+    } else {
+      SSL_set_connect_state(ssl_);
+    }
+    started_ = true;
+  }
+  ERR_clear_error();
+  errno = 0;
+  const int ret = SSL_do_handshake(ssl_);
+  return ret == 1 ? Want::Nothing : want(ret, ec);
+}
+
+TlsEngine::Want TlsEngine::read(char* buf, size_t len, size_t& n, std::error_code& ec) {
+  ERR_clear_error();
+  errno = 0;
+  const int ret = SSL_read_ex(ssl_, buf, len, &n);
+  if (ret == 1) return Want::Nothing;
+  n = 0;
+  return want(ret, ec);
+}
+
+TlsEngine::Want TlsEngine::write(const char* buf, size_t len, size_t& n, std::error_code& ec) {
+  ERR_clear_error();
+  errno = 0;
+  const int ret = SSL_write_ex(ssl_, buf, len, &n);
+  if (ret == 1) return Want::Nothing;
+  n = 0;
+  return want(ret, ec);
+}
+
+bool TlsEngine::pending() const { return SSL_has_pending(ssl_) == 1; }
 
 std::vector<char>& thread_read_buffer() {
   static thread_local std::vector<char> buf(64 * 1024);

@@ -117,58 +117,184 @@ class SocketTransport final : public Transport {
   bool more_ = false;  // the last read filled the buffer: more is probably waiting
 };
 
-// TLS over a socket (asio::ssl::stream). A client stream is given ALPN "h2" by the transport.
+// One TLS session on a non-blocking descriptor that the caller's socket owns: OpenSSL reads and
+// writes the descriptor itself (recv and send with MSG_NOSIGNAL, through a BIO of ours), so
+// there is no BIO pair and no staging buffer between the socket and OpenSSL. Each call does what
+// it can without blocking and says what it would need to go on. Errors come as asio's: eof for
+// close_notify, stream_truncated for an end without it, the errno otherwise, or OpenSSL's reason.
+class TlsEngine {
+ public:
+  // Takes a new SSL of `ctx` on descriptor `fd` (owned by the caller's socket). Throws
+  // std::system_error when OpenSSL cannot make one.
+  TlsEngine(SSL_CTX* ctx, int fd);
+  TlsEngine(const TlsEngine&) = delete;
+  TlsEngine& operator=(const TlsEngine&) = delete;
+  ~TlsEngine();
+  SSL* ssl() const { return ssl_; }
+
+  // What one call of OpenSSL asks for next.
+  enum class Want { Nothing, Read, Write };
+  // One handshake step: Nothing with `ec` set (failed) or clear (done), or what to wait for.
+  Want handshake(bool server, std::error_code& ec);
+  // Decrypts what the socket and OpenSSL hold into buf (up to len): Nothing with n > 0 (bytes
+  // read) or with `ec` set (an error, eof included); or what to wait for (n == 0).
+  Want read(char* buf, size_t len, size_t& n, std::error_code& ec);
+  // Encrypts and sends from buf: Nothing with n bytes taken (at least one record's worth, or all)
+  // or with `ec` set; or what to wait for.
+  Want write(const char* buf, size_t len, size_t& n, std::error_code& ec);
+  // OpenSSL holds bytes it read but did not hand out yet.
+  bool pending() const;
+
+ private:
+  Want want(int ret, std::error_code& ec);
+  SSL* ssl_;
+  bool started_ = false;
+};
+
+// TLS over a socket, on a TlsEngine. A read waits for readability, then SSL_read decrypts into
+// the thread's buffer, every record OpenSSL holds in one call; OpenSSL reads ahead (one recv per
+// wake-up, not one per record header and body) and holds record buffers only while a record is
+// in flight (SSL_MODE_RELEASE_BUFFERS). A write runs SSL_write until the socket is full, then
+// waits for writability. A client transport offers ALPN "h2".
 // A transport remembers a handshake that succeeded: later async_handshake calls complete at once.
 // So a client may handshake first, under its own deadline and with its own error reporting, and
 // then hand the transport to a Connection, whose start() does not handshake again.
 template <typename Socket>
 class TlsTransport final : public Transport {
  public:
-  explicit TlsTransport(asio::ssl::stream<Socket> stream) : stream_(std::move(stream)) {}
-  asio::any_io_executor executor() override { return stream_.get_executor(); }
+  TlsTransport(Socket socket, asio::ssl::context& ctx)
+      : socket_(std::move(socket)), engine_(ctx.native_handle(), socket_.native_handle()) {
+    std::error_code ignored;
+    socket_.non_blocking(true, ignored);
+  }
+  asio::any_io_executor executor() override { return socket_.get_executor(); }
   void async_handshake(bool server, std::function<void(std::error_code)> done) override {
     if (handshake_done_) {
       done({});
       return;
     }
-    if (!server) offer_h2_alpn(stream_.native_handle());
-    stream_.async_handshake(
-        server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
-        [this, done = std::move(done)](std::error_code ec) {
-          if (!ec && alpn_selected(stream_.native_handle()) != "h2") {
-            ec = std::make_error_code(std::errc::protocol_not_supported);
-          }
-          handshake_done_ = !ec;
-          done(ec);
-        });
+    if (!server) offer_h2_alpn(engine_.ssl());
+    handshake_step(server, std::move(done));
   }
   bool handshake_done() const { return handshake_done_; }
-  // Into a buffer of this transport's: an asynchronous TLS read needs one while it waits. One
-  // record (16 KiB) is the most a read returns, so the buffer is no larger.
-  // Not zero-filled: its pages become resident only as far as records fill them.
   void async_read(ReadHandler done) override {
-    if (!in_) in_.reset(new char[kTlsRecord]);
-    stream_.async_read_some(asio::buffer(in_.get(), kTlsRecord),
-                            [this, done = std::move(done)](std::error_code ec, size_t n) {
-                              done(ec, ec ? std::string_view() : std::string_view(in_.get(), n));
-                            });
+    if (std::exchange(more_, false) || engine_.pending()) {
+      // Posted, not called: the handler issues the next read, which must not nest in this one.
+      asio::post(socket_.get_executor(),
+                 [this, done = std::move(done)]() mutable { read_now(std::move(done)); });
+      return;
+    }
+    wait_then_read(Socket::wait_read, std::move(done));
   }
   void async_write(asio::const_buffer buf, IoHandler done) override {
-    asio::async_write(stream_, buf, std::move(done));
+    write_now(static_cast<const char*>(buf.data()), buf.size(), 0, std::move(done));
   }
   void close() override {
     std::error_code ignored;
-    stream_.lowest_layer().close(ignored);
+    socket_.close(ignored);
   }
   bool is_tls() const override { return true; }
-  // The TLS stream, e.g. to read the peer's verification result after a failed handshake.
-  asio::ssl::stream<Socket>& stream() { return stream_; }
+  // The TLS session, e.g. to read the peer's verification result after a failed handshake.
+  SSL* native_handle() const { return engine_.ssl(); }
 
  private:
-  static constexpr size_t kTlsRecord = 16 * 1024;
-  asio::ssl::stream<Socket> stream_;
-  std::unique_ptr<char[]> in_;
+  // A wait fails only when the socket was closed (operation_aborted).
+  static typename Socket::wait_type wait_for(TlsEngine::Want w) {
+    return w == TlsEngine::Want::Read ? Socket::wait_read : Socket::wait_write;
+  }
+
+  void handshake_step(bool server, std::function<void(std::error_code)> done) {
+    if (!socket_.is_open()) {
+      done(asio::error::operation_aborted);
+      return;
+    }
+    std::error_code ec;
+    const TlsEngine::Want w = engine_.handshake(server, ec);
+    if (w == TlsEngine::Want::Nothing) {
+      if (!ec && alpn_selected(engine_.ssl()) != "h2") {
+        ec = std::make_error_code(std::errc::protocol_not_supported);
+      }
+      handshake_done_ = !ec;
+      asio::post(socket_.get_executor(), [done = std::move(done), ec] { done(ec); });
+      return;
+    }
+    socket_.async_wait(wait_for(w),
+                       [this, server, done = std::move(done)](std::error_code e) mutable {
+                         if (e) {
+                           done(e);
+                           return;
+                         }
+                         handshake_step(server, std::move(done));
+                       });
+  }
+
+  void wait_then_read(typename Socket::wait_type what, ReadHandler done) {
+    socket_.async_wait(what, [this, done = std::move(done)](std::error_code e) mutable {
+      if (e) {
+        done(e, {});
+        return;
+      }
+      read_now(std::move(done));
+    });
+  }
+
+  void read_now(ReadHandler done) {
+    if (!socket_.is_open()) {
+      done(asio::error::operation_aborted, {});
+      return;
+    }
+    std::vector<char>& buf = thread_read_buffer();
+    size_t got = 0;
+    std::error_code ec;
+    TlsEngine::Want w = TlsEngine::Want::Nothing;
+    // Every record OpenSSL already holds goes out in this one call.
+    while (got < buf.size()) {
+      size_t n = 0;
+      w = engine_.read(buf.data() + got, buf.size() - got, n, ec);
+      got += n;
+      if (w != TlsEngine::Want::Nothing || ec || !engine_.pending()) break;
+    }
+    if (got != 0) {
+      // An error after bytes is met again by the next read.
+      more_ = got == buf.size();
+      done({}, std::string_view(buf.data(), got));
+      return;
+    }
+    if (ec) {
+      done(ec, {});
+      return;
+    }
+    wait_then_read(wait_for(w), std::move(done));
+  }
+
+  // Completion is posted, never run inside async_write, as asio's writes do.
+  void write_now(const char* p, size_t len, size_t off, IoHandler done) {
+    std::error_code ec;
+    TlsEngine::Want w = TlsEngine::Want::Nothing;
+    while (off < len && !ec) {
+      size_t n = 0;
+      w = engine_.write(p + off, len - off, n, ec);
+      off += n;
+      if (w != TlsEngine::Want::Nothing) break;
+    }
+    if (off == len || ec) {
+      asio::post(socket_.get_executor(), [done = std::move(done), ec, off] { done(ec, off); });
+      return;
+    }
+    socket_.async_wait(wait_for(w),
+                       [this, p, len, off, done = std::move(done)](std::error_code e) mutable {
+                         if (e) {
+                           done(e, off);
+                           return;
+                         }
+                         write_now(p, len, off, std::move(done));
+                       });
+  }
+
+  Socket socket_;
+  TlsEngine engine_;
   bool handshake_done_ = false;
+  bool more_ = false;  // the last read filled the buffer: more is probably waiting
 };
 
 using TcpTransport = SocketTransport<asio::ip::tcp::socket>;
