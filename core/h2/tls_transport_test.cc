@@ -1,9 +1,12 @@
 // TlsTransport on its own: OpenSSL driven on the socket, through a socket that fills, a peer that
 // vanishes and a peer that is gone while we write.
+#include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
-#include <vector>
+#include <string_view>
 
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
@@ -11,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/h2/transport.h"
+#include "tests/support/download_body.h"
 #include "tests/support/test_certs.h"
 
 using konn::core::h2::TcpTlsTransport;
@@ -93,15 +97,14 @@ struct TlsPair {
   std::unique_ptr<TcpTlsTransport> client;
 };
 
+// `n` bytes of the download fixture's pieces: a piece lost, repeated or moved shows.
 std::string pattern(size_t n) {
-  std::string s(n, '\0');
-  uint32_t x = 2463534242u;
-  for (auto& c : s) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    c = static_cast<char>(x);
+  using konn::testsupport::kDownloadPiece;
+  std::string s((n / kDownloadPiece + 1) * kDownloadPiece, '\0');
+  for (uint64_t k = 0; k * kDownloadPiece < n; ++k) {
+    konn::testsupport::download_piece(k, s.data() + k * kDownloadPiece);
   }
+  s.resize(n);
   return s;
 }
 
