@@ -148,7 +148,6 @@ void ServerApp::start_http_connect() {
     tls.key_file = options_.server_key;
     tls.client_ca_file = options_.server_ca_cert;
     tls.alpn = {"http/1.1"};
-    tls.release_idle_buffers = true;  // a connection per tunnel
     http_connect_->listen_tls(options_.server_bind_address, options_.server_port, tls,
                               options_.cert_reload_interval, options_.openssl_ciphers());
     frontend_port_ = http_connect_->port();
@@ -172,13 +171,12 @@ core::io::WorkerPool::Placement ServerApp::place_frontend() {
 
 std::unique_ptr<core::tls::ReloadingServerContext> ServerApp::serve_tls(
     core::h2::Listener& listener, const std::string& cert, const std::string& key,
-    const std::string& client_ca, const std::string& what, bool per_tunnel) {
+    const std::string& client_ca, const std::string& what) {
   core::tls::ServerTlsConfig tls;
   tls.cert_file = cert;
   tls.key_file = key;
   tls.client_ca_file = client_ca;
   tls.alpn = {"h2"};
-  tls.release_idle_buffers = per_tunnel;
   auto files = std::make_unique<core::tls::ReloadingServerContext>(
       timers_.get_executor(), std::move(tls), options_.openssl_ciphers(),
       options_.cert_reload_interval, what,
@@ -232,9 +230,8 @@ void ServerApp::start_grpc_frontend() {
     KONN_LOG(log_, info, "frontend (grpc) listening on unix:{}", options_.uds_name);
     return;
   }
-  // kube-apiserver opens a connection per tunnel, mostly idle.
   frontend_tls_ = serve_tls(*frontend_listener_, options_.server_cert, options_.server_key,
-                            options_.server_ca_cert, "frontend", /*per_tunnel=*/true);
+                            options_.server_ca_cert, "frontend");
   try {
     frontend_listener_->listen_tcp(options_.server_bind_address,
                                    static_cast<uint16_t>(options_.server_port));

@@ -67,11 +67,12 @@ class ServerApp {
   void start_leases();
   void start_http_connect();
   // TLS for `listener` from these files (mTLS when `client_ca` is set), rebuilt when they change
-  // (--cert-reload-interval); keep the result as long as the listener. `per_tunnel`: the
-  // listener's connections are one per tunnel, mostly idle (ServerTlsConfig::release_idle_buffers).
-  std::unique_ptr<core::tls::ReloadingServerContext> serve_tls(
-      core::h2::Listener& listener, const std::string& cert, const std::string& key,
-      const std::string& client_ca, const std::string& what, bool per_tunnel = false);
+  // (--cert-reload-interval); keep the result as long as the listener.
+  std::unique_ptr<core::tls::ReloadingServerContext> serve_tls(core::h2::Listener& listener,
+                                                               const std::string& cert,
+                                                               const std::string& key,
+                                                               const std::string& client_ca,
+                                                               const std::string& what);
   void start_grpc_frontend();
   void start_agent_listener();
   // Where a new frontend connection (gRPC or CONNECT) lives: the worker of the agent connection

@@ -127,9 +127,6 @@ std::shared_ptr<asio::ssl::context> make_server_context(const ServerTlsConfig& c
     }
     ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
   }
-  if (config.release_idle_buffers) {
-    SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
-  }
   if (!config.alpn.empty()) {
     // OpenSSL keeps only a pointer to the wire string, so it must live as long as the context.
     auto wire = std::make_shared<std::string>(alpn_wire(config.alpn));

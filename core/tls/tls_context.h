@@ -33,10 +33,6 @@ struct ServerTlsConfig {
   std::string key_file;
   std::string client_ca_file;        // empty = no client certificate requested
   std::vector<std::string> alpn;     // protocols accepted, in preference order
-  // OpenSSL frees a connection's record buffers whenever they are empty, and allocates them
-  // again for the next record: for listeners with a connection per tunnel (kube-apiserver's),
-  // where most connections are idle.
-  bool release_idle_buffers = false;
 };
 
 // Builds a TLS 1.2+ server context. Throws std::runtime_error naming the file that failed.
