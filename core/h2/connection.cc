@@ -183,6 +183,10 @@ ssize_t cb_read_data(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t l
                      uint32_t* flags, nghttp2_data_source*, void* user) {
   return self_of(user)->read_data(stream_id, buf, length, flags);
 }
+int cb_send_data(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd, size_t length,
+                 nghttp2_data_source*, void* user) {
+  return self_of(user)->send_data(frame, framehd, length);
+}
 
 }  // namespace
 
@@ -463,6 +467,7 @@ Connection::Connection(Role role, std::unique_ptr<Transport> transport, Connecti
   nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, cb_frame_recv);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, cb_data_chunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(cbs, cb_stream_close);
+  nghttp2_session_callbacks_set_send_data_callback(cbs, cb_send_data);
   nghttp2_session_callbacks_set_on_frame_send_callback(
       cbs, [](nghttp2_session*, const nghttp2_frame* frame, void* user) -> int {
         auto* self = self_of(user);
@@ -1081,7 +1086,7 @@ int Connection::on_stream_close(int32_t stream_id, uint32_t error_code) {
   return 0;
 }
 
-ssize_t Connection::read_data(int32_t stream_id, uint8_t* buf, size_t length, uint32_t* flags) {
+ssize_t Connection::read_data(int32_t stream_id, uint8_t*, size_t length, uint32_t* flags) {
   auto it = streams_.find(stream_id);
   if (it == streams_.end()) {
     *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -1093,21 +1098,11 @@ ssize_t Connection::read_data(int32_t stream_id, uint8_t* buf, size_t length, ui
     *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
     return 0;
   }
-  size_t n = 0;
-  while (n < length && !s.outbox_.empty()) {
-    const std::string& front = s.outbox_.front();
-    const size_t take = std::min(length - n, front.size() - s.out_offset_);
-    std::memcpy(buf + n, front.data() + s.out_offset_, take);
-    n += take;
-    s.out_offset_ += take;
-    if (s.out_offset_ == front.size()) {
-      s.outbox_.pop_front();
-      s.out_offset_ = 0;
-    }
-  }
-  s.queued_bytes_ -= n;
-  if (s.outbox_.empty()) {
-    if (n > 0 && s.on_drained_) drained_.push_back(it->second);
+  // The frame's bytes are copied from the send queue straight into the write buffer by
+  // send_data(), which nghttp2 calls next, not into nghttp2's frame buffer first.
+  const size_t n = std::min(length, s.queued_bytes_);
+  if (n > 0) *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+  if (n == s.queued_bytes_) {  // the queue empties with this frame
     if (s.local_end_) {
       *flags |= NGHTTP2_DATA_FLAG_EOF;
       s.local_done_ = true;
@@ -1126,6 +1121,42 @@ ssize_t Connection::read_data(int32_t stream_id, uint8_t* buf, size_t length, ui
     }
   }
   return static_cast<ssize_t>(n);
+}
+
+int Connection::send_data(const void* f, const uint8_t* framehd, size_t length) {
+  const auto* frame = static_cast<const nghttp2_frame*>(f);
+  auto it = streams_.find(frame->hd.stream_id);
+  // read_data() has just measured `length` from this stream's queue, and nothing ran since.
+  if (it == streams_.end() || it->second->queued_bytes_ < length) {
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+  Stream& s = *it->second;
+  const size_t padlen = frame->data.padlen;
+  const size_t frame_bytes = 9 + padlen + length;
+  if (out_.size() + frame_bytes > out_.capacity()) {
+    // Room for a whole batch at once, so a burst does not grow (and move) the buffer frame by
+    // frame; it is dropped again when the connection goes idle (flush()).
+    out_.reserve(std::max(out_.size() + frame_bytes, kWriteBatch + frame_bytes));
+  }
+  out_.append(reinterpret_cast<const char*>(framehd), 9);
+  if (padlen > 0) out_.push_back(static_cast<char>(padlen - 1));
+  size_t n = 0;
+  while (n < length) {
+    const std::string& front = s.outbox_.front();
+    const size_t take = std::min(length - n, front.size() - s.out_offset_);
+    out_.append(front.data() + s.out_offset_, take);
+    n += take;
+    s.out_offset_ += take;
+    if (s.out_offset_ == front.size()) {
+      s.outbox_.pop_front();
+      s.out_offset_ = 0;
+    }
+  }
+  if (padlen > 1) out_.append(padlen - 1, '\0');
+  s.queued_bytes_ -= length;
+  if (s.outbox_.empty() && length > 0 && s.on_drained_) drained_.push_back(it->second);
+  // A full batch goes out before nghttp2 packs another frame (flush() writes it).
+  return out_.size() >= kWriteBatch ? NGHTTP2_ERR_PAUSE : 0;
 }
 
 }  // namespace konn::core::h2

@@ -279,6 +279,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int on_data_chunk(int32_t stream_id, const uint8_t* data, size_t len);
   int on_stream_close(int32_t stream_id, uint32_t error_code);
   ssize_t read_data(int32_t stream_id, uint8_t* buf, size_t length, uint32_t* flags);
+  int send_data(const void* frame, const uint8_t* framehd, size_t length);
 
  private:
   // `peer_gone`: the peer ended the connection (EOF, reset, broken pipe). With no stream open
