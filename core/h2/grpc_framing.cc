@@ -65,6 +65,11 @@ GrpcMessageDecoder::Result GrpcMessageDecoder::decode(std::string_view input) {
     message_.reserve(std::min(length_, kInitialReserve));
   }
   const size_t take = std::min(length_ - message_.size(), input.size() - pos);
+  if (message_.size() + take > message_.capacity()) {
+    // Grown fourfold rather than doubled: a 256 KiB message is moved once on its way in (at
+    // 64 KiB), not at every power of two; what is allocated stays within four times what came.
+    message_.reserve(std::min(length_, std::max(message_.size() + take, 4 * message_.capacity())));
+  }
   message_.append(input.data() + pos, take);
   pos += take;
   if (message_.size() < length_) return {Status::NeedMore, pos};
