@@ -34,6 +34,41 @@ TEST_CASE("the wire encoding matches upstream field numbers", "[tunnel]") {
   CHECK(empty.dialrequest().address().empty());
 }
 
+TEST_CASE("a framed DATA packet has protobuf's own bytes after room for the prefix", "[tunnel]") {
+  // serialize_framed writes DATA packets itself: every size class of varint must come out as
+  // protobuf writes it, and other packets (or DATA carrying more) go through protobuf.
+  const int64_t ids[] = {0, 1, 127, 128, 16384, int64_t{1} << 35, -1};
+  const size_t sizes[] = {0, 1, 100, 127, 128, 16383, 16384, 300000, 2100000};
+  for (int type : {static_cast<int>(DATA), static_cast<int>(KONN_NODE_DATA)}) {
+    for (int64_t id : ids) {
+      for (size_t size : sizes) {
+        Packet p = make_data(id, std::string(size, 'x'));
+        p.set_type(static_cast<PacketType>(type));
+        const std::string framed = serialize_framed(p);
+        REQUIRE(framed.size() >= 5);
+        INFO("type " << type << " connectID " << id << " bytes " << size);
+        CHECK(framed.substr(5) == p.SerializeAsString());
+        Packet back;
+        REQUIRE(back.ParseFromString(framed.substr(5)));
+        CHECK(back.type() == type);
+        CHECK(back.data().connectid() == id);
+        CHECK(back.data().data().size() == size);
+      }
+    }
+  }
+  Packet with_error = make_data(3, std::string("abc"));
+  with_error.mutable_data()->set_error("upstream never sets it");
+  CHECK(serialize_framed(with_error).substr(5) == with_error.SerializeAsString());
+  // A field this build does not know (a newer peer's) is kept, as protobuf keeps it.
+  Packet unknown;
+  REQUIRE(unknown.ParseFromString(std::string("\x08\x04\x22\x06\x08\x07\x1a\x02hi\x78\x01", 12)));
+  REQUIRE(unknown.type() == DATA);
+  CHECK(serialize_framed(unknown).substr(5) == unknown.SerializeAsString());
+  CHECK(unknown.SerializeAsString().size() == 12);
+  Packet dial = make_dial_request("10.0.0.1:443", 42);
+  CHECK(serialize_framed(dial).substr(5) == dial.SerializeAsString());
+}
+
 TEST_CASE("metric labels of packet types and gRPC codes follow upstream's spelling", "[tunnel]") {
   using konn::core::tunnel::grpc_code_name;
   using konn::core::tunnel::packet_type_label;
