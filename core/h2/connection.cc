@@ -224,15 +224,15 @@ WriteHold Stream::hold_writes() {
   return WriteHold(conn_->shared_from_this());
 }
 
-bool Stream::send_framed(std::string&& framed) {
+bool Stream::send_framed(std::string&& framed, std::string_view borrowed) {
   if (ended_ || conn_ == nullptr || conn_->closed() || local_end_ || trailers_only_) return false;
   if (framed.size() < kGrpcPrefixBytes) return false;
-  const size_t payload = framed.size() - kGrpcPrefixBytes;
+  const size_t payload = framed.size() - kGrpcPrefixBytes + borrowed.size();
   if (payload > conn_->options().max_message_bytes) return false;
   auto prefix = grpc_prefix(payload);
   framed.replace(0, prefix.size(), prefix.data(), prefix.size());
-  queued_bytes_ += framed.size();
-  outbox_.push_back(std::move(framed));
+  queued_bytes_ += framed.size() + borrowed.size();
+  outbox_.push_back(Outgoing{std::move(framed), borrowed});
   if (conn_->role() == Connection::Role::Server && !headers_sent_) {
     if (!submit_response_headers(true)) return false;
   } else if (deferred_) {
@@ -1142,9 +1142,13 @@ int Connection::send_data(const void* f, const uint8_t* framehd, size_t length) 
   if (padlen > 0) out_.push_back(static_cast<char>(padlen - 1));
   size_t n = 0;
   while (n < length) {
-    const std::string& front = s.outbox_.front();
-    const size_t take = std::min(length - n, front.size() - s.out_offset_);
-    out_.append(front.data() + s.out_offset_, take);
+    const Stream::Outgoing& front = s.outbox_.front();
+    const bool in_owned = s.out_offset_ < front.owned.size();
+    const std::string_view part =
+        in_owned ? std::string_view(front.owned).substr(s.out_offset_)
+                 : front.borrowed.substr(s.out_offset_ - front.owned.size());
+    const size_t take = std::min(length - n, part.size());
+    out_.append(part.data(), take);
     n += take;
     s.out_offset_ += take;
     if (s.out_offset_ == front.size()) {

@@ -87,8 +87,10 @@ class Stream {
   // Queues one message (framed with grpc_prefix); false when the stream can no longer send.
   bool send_message(std::string_view payload);
   // The same for a payload already placed after kGrpcPrefixBytes bytes of `framed` (whatever they
-  // hold is overwritten with the prefix): the payload is not copied again.
-  bool send_framed(std::string&& framed);
+  // hold is overwritten with the prefix): the payload is not copied again. `borrowed` bytes
+  // follow those of `framed` in the message and are not copied into the queue at all: the caller
+  // keeps them alive and unchanged until on_drained runs after this message, or the stream ends.
+  bool send_framed(std::string&& framed, std::string_view borrowed = {});
   // Server role: sends the response headers now with `md` (otherwise they go with the first
   // message or finish()).
   void send_headers(const Metadata& md);
@@ -152,7 +154,13 @@ class Stream {
   bool half_close_given_ = false;          // on_half_close called
   std::optional<GrpcStatus> pending_end_;  // the end, delivered once the inbox drained
   // Send side.
-  std::deque<std::string> outbox_;
+  // A queued message: its `owned` bytes (the prefix first), then the sender's `borrowed` ones.
+  struct Outgoing {
+    std::string owned;
+    std::string_view borrowed;
+    size_t size() const { return owned.size() + borrowed.size(); }
+  };
+  std::deque<Outgoing> outbox_;
   size_t out_offset_ = 0;  // bytes of outbox_.front() already taken
   size_t queued_bytes_ = 0;
   bool data_started_ = false;  // a data provider is attached (request / response headers sent)

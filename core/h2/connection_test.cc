@@ -451,6 +451,30 @@ TEST_CASE("h2: messages of several MiB both ways, with gRPC C++ on the other sid
       CHECK(p.data().data() == big);
     }
   }
+  SECTION("our client, the payload borrowed from the sender") {
+    // send_framed(head, borrowed): the message is the head's bytes after the prefix room, then
+    // the borrowed ones, taken frame by frame from where the sender keeps them.
+    ReferenceServer ref("127.0.0.1:0");
+    Loop loop;
+    auto conn = connect_client(loop, Kind::Tcp, "127.0.0.1:" + std::to_string(ref.port));
+    ClientCall call(loop, conn, "/AgentService/Connect", {{"agentid", "echo"}});
+    const std::string whole = serialized(data_packet(1, big));
+    const size_t split[] = {whole.size() - big.size(), 1, whole.size() - 16385};
+    for (size_t at : split) {
+      call.send_framed(std::string(5, 'x') + whole.substr(0, at),
+                       std::string_view(whole).substr(at));
+    }
+    REQUIRE(call.wait_messages(3, 20s));
+    call.half_close();
+    auto result = call.wait_end();
+    REQUIRE(result);
+    CHECK(result->status.ok());
+    for (const auto& m : result->messages) {
+      Packet p;
+      REQUIRE(p.ParseFromString(m));
+      CHECK(p.data().data() == big);
+    }
+  }
 }
 
 TEST_CASE("h2 server: a message over the 16 MiB limit is RESOURCE_EXHAUSTED for the client",

@@ -177,6 +177,9 @@ ClientCall::~ClientCall() {
 void ClientCall::send(const std::string& m) {
   loop_.run([&] { return stream_->send_message(m); });
 }
+void ClientCall::send_framed(std::string head, std::string_view borrowed) {
+  loop_.run([&] { return stream_->send_framed(std::move(head), borrowed); });
+}
 void ClientCall::half_close() {
   loop_.run([&] {
     stream_->half_close();

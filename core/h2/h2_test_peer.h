@@ -114,6 +114,8 @@ class ClientCall {
   ClientCall& operator=(const ClientCall&) = delete;
   bool started() const { return stream_ != nullptr; }
   void send(const std::string& m);
+  // Stream::send_framed(head, borrowed): `borrowed` must live until the call ends.
+  void send_framed(std::string head, std::string_view borrowed);
   void half_close();
   void cancel();
   // Waits until `n` messages arrived (false after `timeout`).

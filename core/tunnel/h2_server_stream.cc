@@ -48,10 +48,12 @@ void H2ServerStream::start_write_op(const Packet* p, grpc::WriteOptions) {
 }
 
 void H2ServerStream::write_packet(const Packet* p) {
-  std::string framed = serialize_framed(*p);
+  // A DATA payload goes from the packet into the connection's write buffer: the packet stays in
+  // PacketStream's hands until this write is done (on_drained, or the stream's end).
+  FramedPacket framed = frame_packet(*p);
   write_outstanding_ = true;
   auto stream = stream_;  // its end may come inside
-  if (!stream->send_framed(std::move(framed))) {
+  if (!stream->send_framed(std::move(framed.head), framed.payload)) {
     write_outstanding_ = false;
     handle_write_done(false);
   }

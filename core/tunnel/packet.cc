@@ -141,18 +141,16 @@ constexpr int kVarint = 0;
 constexpr int kLengthDelimited = 2;
 
 // A DATA packet's bytes, as protobuf writes them (fields in number order, zero values left out),
-// but with its payload copied once into a buffer that is not zero-filled first: most bytes a
-// tunnel carries go through here.
-std::string serialize_data_framed(const Packet& p) {
+// up to its payload, which follows them on the wire; the payload is left where it is.
+std::string serialize_data_head(const Packet& p) {
   const Data& d = p.data();
   const auto connect_id = static_cast<uint64_t>(d.connectid());
-  const std::string& bytes = d.data();
+  const size_t bytes = d.data().size();
   size_t inner = 0;
   if (connect_id != 0) inner += 1 + varint_size(connect_id);
-  if (!bytes.empty()) inner += 1 + varint_size(bytes.size()) + bytes.size();
+  if (bytes != 0) inner += 1 + varint_size(bytes) + bytes;
   std::string out;
-  out.reserve(h2::kGrpcPrefixBytes + 1 + varint_size(static_cast<uint64_t>(p.type())) + 1 +
-              varint_size(inner) + inner);
+  out.reserve(h2::kGrpcPrefixBytes + 4 + 4 * 10);  // four tags, four varints of 10 bytes at most
   out.append(h2::kGrpcPrefixBytes, '\0');
   out.push_back(kTag(Packet::kTypeFieldNumber, kVarint));
   append_varint(out, static_cast<uint64_t>(p.type()));
@@ -162,28 +160,32 @@ std::string serialize_data_framed(const Packet& p) {
     out.push_back(kTag(Data::kConnectIDFieldNumber, kVarint));
     append_varint(out, connect_id);
   }
-  if (!bytes.empty()) {
+  if (bytes != 0) {
     out.push_back(kTag(Data::kDataFieldNumber, kLengthDelimited));
-    append_varint(out, bytes.size());
-    out.append(bytes);
+    append_varint(out, bytes);
   }
   return out;
 }
 
+// True for the packets encoded here: DATA (or its node twin) with nothing but a connectID and
+// bytes, which is every DATA konn or upstream sends.
+bool plain_data(const Packet& p) {
+  return p.has_data() && (p.type() == DATA || p.type() == KONN_NODE_DATA) &&
+         p.data().error().empty() && p.GetReflection()->GetUnknownFields(p).empty() &&
+         p.data().GetReflection()->GetUnknownFields(p.data()).empty();
+}
+
 }  // namespace
 
-std::string serialize_framed(const Packet& p) {
-  if (p.has_data() && (p.type() == DATA || p.type() == KONN_NODE_DATA) &&
-      p.data().error().empty() && p.GetReflection()->GetUnknownFields(p).empty() &&
-      p.data().GetReflection()->GetUnknownFields(p.data()).empty()) {
-    return serialize_data_framed(p);
-  }
+FramedPacket frame_packet(const Packet& p) {
+  if (plain_data(p)) return {serialize_data_head(p), p.data().data()};
   const size_t size = p.ByteSizeLong();
   std::string framed(h2::kGrpcPrefixBytes + size, '\0');
   p.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(framed.data()) +
                                     h2::kGrpcPrefixBytes);
-  return framed;
+  return {std::move(framed), {}};
 }
+
 
 size_t data_size(const Packet& p) {
   return p.type() == DATA || p.type() == KONN_NODE_DATA ? p.data().data().size() : 0;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "konnectivity/client.pb.h"
 
@@ -61,10 +62,16 @@ Packet make_drain();
 Packet make_window_update(int64_t connect_id, int64_t bytes);
 Packet make_close_write(int64_t connect_id);
 
-// `p` serialized after h2::kGrpcPrefixBytes bytes of room for gRPC's prefix, as
-// h2::Stream::send_framed takes a message: the payload is copied once, into the bytes HTTP/2
-// sends from.
-std::string serialize_framed(const Packet& p);
+// `p` as h2::Stream::send_framed(head, payload) takes a message: `head` holds
+// h2::kGrpcPrefixBytes bytes of room for gRPC's prefix and every byte of the packet up to its
+// DATA payload, and `payload` is that payload in `p` itself (empty for packets of other types,
+// which are all in `head`). So a DATA packet's bytes are copied once, from the packet straight
+// into the connection's write buffer; `p` must outlive the send.
+struct FramedPacket {
+  std::string head;
+  std::string_view payload;
+};
+FramedPacket frame_packet(const Packet& p);
 
 // Payload bytes of a DATA or KONN_NODE_DATA packet (0 for anything else).
 size_t data_size(const Packet& p);

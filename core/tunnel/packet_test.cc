@@ -34,8 +34,17 @@ TEST_CASE("the wire encoding matches upstream field numbers", "[tunnel]") {
   CHECK(empty.dialrequest().address().empty());
 }
 
+namespace {
+// What frame_packet gives, in one string: the bytes the message carries after its prefix.
+std::string framed_bytes(const Packet& p) {
+  FramedPacket f = frame_packet(p);
+  REQUIRE(f.head.size() >= 5);
+  return f.head.substr(5) + std::string(f.payload);
+}
+}  // namespace
+
 TEST_CASE("a framed DATA packet has protobuf's own bytes after room for the prefix", "[tunnel]") {
-  // serialize_framed writes DATA packets itself: every size class of varint must come out as
+  // frame_packet writes DATA packets itself: every size class of varint must come out as
   // protobuf writes it, and other packets (or DATA carrying more) go through protobuf.
   const int64_t ids[] = {0, 1, 127, 128, 16384, int64_t{1} << 35, -1};
   const size_t sizes[] = {0, 1, 100, 127, 128, 16383, 16384, 300000, 2100000};
@@ -44,12 +53,15 @@ TEST_CASE("a framed DATA packet has protobuf's own bytes after room for the pref
       for (size_t size : sizes) {
         Packet p = make_data(id, std::string(size, 'x'));
         p.set_type(static_cast<PacketType>(type));
-        const std::string framed = serialize_framed(p);
-        REQUIRE(framed.size() >= 5);
         INFO("type " << type << " connectID " << id << " bytes " << size);
-        CHECK(framed.substr(5) == p.SerializeAsString());
+        FramedPacket f = frame_packet(p);
+        // The payload is not copied: it is the packet's own bytes.
+        CHECK(f.payload.data() == (size == 0 ? f.payload.data() : p.data().data().data()));
+        CHECK(f.payload.size() == size);
+        const std::string wire = framed_bytes(p);
+        CHECK(wire == p.SerializeAsString());
         Packet back;
-        REQUIRE(back.ParseFromString(framed.substr(5)));
+        REQUIRE(back.ParseFromString(wire));
         CHECK(back.type() == type);
         CHECK(back.data().connectid() == id);
         CHECK(back.data().data().size() == size);
@@ -58,15 +70,17 @@ TEST_CASE("a framed DATA packet has protobuf's own bytes after room for the pref
   }
   Packet with_error = make_data(3, std::string("abc"));
   with_error.mutable_data()->set_error("upstream never sets it");
-  CHECK(serialize_framed(with_error).substr(5) == with_error.SerializeAsString());
+  CHECK(framed_bytes(with_error) == with_error.SerializeAsString());
+  CHECK(frame_packet(with_error).payload.empty());
   // A field this build does not know (a newer peer's) is kept, as protobuf keeps it.
   Packet unknown;
   REQUIRE(unknown.ParseFromString(std::string("\x08\x04\x22\x06\x08\x07\x1a\x02hi\x78\x01", 12)));
   REQUIRE(unknown.type() == DATA);
-  CHECK(serialize_framed(unknown).substr(5) == unknown.SerializeAsString());
+  CHECK(framed_bytes(unknown) == unknown.SerializeAsString());
   CHECK(unknown.SerializeAsString().size() == 12);
   Packet dial = make_dial_request("10.0.0.1:443", 42);
-  CHECK(serialize_framed(dial).substr(5) == dial.SerializeAsString());
+  CHECK(framed_bytes(dial) == dial.SerializeAsString());
+  CHECK(frame_packet(dial).payload.empty());
 }
 
 TEST_CASE("metric labels of packet types and gRPC codes follow upstream's spelling", "[tunnel]") {
