@@ -237,7 +237,8 @@ void EndpointConnection::deliver(Packet&& data) {
 
 void EndpointConnection::close_request() {
   asio::post(ctx_, [self = shared_from_this()] {
-    self->close("CLOSE_REQ from server", CloseFlags::SendCloseResponse | CloseFlags::Flush);
+    self->close("CLOSE_REQ from server",
+                CloseFlags::SendCloseResponse | CloseFlags::Flush | CloseFlags::Routine);
   });
 }
 
@@ -260,7 +261,8 @@ void EndpointConnection::close_write() {
     self->write_role_.close();  // no DATA comes after it; the socket's write side will shut
     self->one_side_finished();
     if (self->endpoint_eof_) {
-      self->close("both sides finished sending", CloseFlags::SendCloseResponse | CloseFlags::Flush);
+      self->close("both sides finished sending",
+                  CloseFlags::SendCloseResponse | CloseFlags::Flush | CloseFlags::Routine);
       return;
     }
     self->maybe_shutdown_write();
@@ -269,7 +271,8 @@ void EndpointConnection::close_write() {
 
 void EndpointConnection::endpoint_eof() {
   if (!settings_.half_close || server_eof_) {
-    close("endpoint closed the connection", CloseFlags::SendCloseResponse | CloseFlags::Flush);
+    close("endpoint closed the connection",
+          CloseFlags::SendCloseResponse | CloseFlags::Flush | CloseFlags::Routine);
     return;
   }
   endpoint_eof_ = true;
@@ -554,6 +557,7 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
   }
   write_role_.close();
   close_reason_ = reason;
+  routine_close_ = has(flags, CloseFlags::Routine);
   set_state(State::Closing);
   stats_->open_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
   end_half_close();
@@ -573,6 +577,7 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
   flush_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
     if (!ec && self->state_ != State::Closed) {
       self->close_reason_ += " (flush timed out)";
+      self->routine_close_ = false;
       self->finish_close();
     }
   });
@@ -605,9 +610,18 @@ void EndpointConnection::finish_close() {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                   started_)
                 .count();
-  KONN_CONN_LOG((&logger()), info, *this,
-                "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
-                close_reason_, bytes_up_, bytes_down_.load(), ms);
+  // An ordinary end of a forward tunnel is a debug line, as the server's are: one info line per
+  // tunnel was a write(2) per dial and a busy agent's log. Errors, caps and cancelled dials stay
+  // at info, and so does every node-to-control-plane tunnel (node.tunnel, far fewer).
+  if (routine_close_ && !settings_.node_direction) {
+    KONN_CONN_LOG((&logger()), debug, *this,
+                  "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
+                  close_reason_, bytes_up_, bytes_down_.load(), ms);
+  } else {
+    KONN_CONN_LOG((&logger()), info, *this,
+                  "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
+                  close_reason_, bytes_up_, bytes_down_.load(), ms);
+  }
 }
 
 void EndpointConnection::set_state(State s) {

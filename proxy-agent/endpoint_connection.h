@@ -133,6 +133,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
     None = 0,
     SendCloseResponse = 1,  // tell the server with CLOSE_RSP
     Flush = 2,              // let queued writes reach the socket first
+    Routine = 4,            // an ordinary end: a forward tunnel's is logged at debug
   };
   friend CloseFlags operator|(CloseFlags a, CloseFlags b) {
     return static_cast<CloseFlags>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -214,6 +215,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   // bytes move. Set in start(), before any DATA can arrive, then never changed.
   std::unique_ptr<core::tunnel::QuietTimer> quiet_;
   std::string close_reason_;
+  bool routine_close_ = false;  // CloseFlags::Routine was given
   uint64_t bytes_up_ = 0;  // endpoint -> server
   std::chrono::steady_clock::time_point started_;
 

@@ -12,11 +12,13 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <spdlog/sinks/ringbuffer_sink.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/sync_stream.h>
 
 #include "core/io/asio_compat.h"
+#include "core/log/logger.h"
 #include "core/net/listener.h"
 #include "core/tls/grpc_credentials.h"
 #include "core/tunnel/packet.h"
@@ -461,6 +463,53 @@ TEST_CASE("endpoint EOF becomes CLOSE_RSP after the data", "[agent][stream]") {
   CHECK(s->queued_data(c) == n);
   CHECK(s->take_data(c, n) == Endpoint::payload(n));
   REQUIRE(eventually([&] { return app.servers().endpoint_connections() == 0; }));
+  app.stop();
+}
+
+TEST_CASE("an ordinary tunnel end is logged at debug, a failure at info", "[agent][stream]") {
+  // One info line per tunnel was a write(2) per dial and a busy agent's whole log; the server
+  // logs its tunnels' ends at debug too. What went wrong still shows at the default level.
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  auto log = konn::core::log::get("agent.endpoint");
+  log->sinks().push_back(ring);
+  struct Unhook {
+    std::shared_ptr<spdlog::logger> log;
+    spdlog::level::level_enum level;
+    ~Unhook() {
+      log->sinks().pop_back();
+      log->set_level(level);
+    }
+  } unhook{log, log->level()};
+  log->set_level(spdlog::level::debug);
+  auto closed_line = [&](const std::string& reason) -> std::optional<spdlog::level::level_enum> {
+    for (const auto& m : ring->last_raw()) {
+      const std::string text(m.payload.data(), m.payload.size());
+      if (text.find("closed: " + reason) != std::string::npos) return m.level;
+    }
+    return std::nullopt;
+  };
+  FakeProxyServer server({});
+  Endpoint echo;
+  AgentApp app(agent_options(server.port()));
+  app.start();
+  auto s = server.session(0);
+  REQUIRE(s);
+  int64_t c = dial_ok(*s, echo.address(), 11);
+  REQUIRE(s->write(tunnel::make_close_request(c)));
+  REQUIRE(s->take_type(CLOSE_RSP));
+  REQUIRE(eventually([&] { return closed_line("CLOSE_REQ from server").has_value(); }));
+  CHECK(closed_line("CLOSE_REQ from server") == spdlog::level::debug);
+
+  std::string closed_address;
+  {
+    asio::io_context ctx;
+    auto a = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
+    closed_address = "127.0.0.1:" + std::to_string(a.local_endpoint().port());
+  }
+  REQUIRE(s->write(dial(closed_address, 12)));
+  REQUIRE(s->take_type(DIAL_RSP));
+  REQUIRE(eventually([&] { return closed_line("dial failed").has_value(); }));
+  CHECK(closed_line("dial failed") == spdlog::level::info);
   app.stop();
 }
 
