@@ -12,18 +12,17 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
-#include <spdlog/sinks/ringbuffer_sink.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/sync_stream.h>
 
 #include "core/io/asio_compat.h"
-#include "core/log/logger.h"
 #include "core/net/listener.h"
 #include "core/tls/grpc_credentials.h"
 #include "core/tunnel/packet.h"
 #include "konnectivity/agent.grpc.pb.h"
 #include "proxy-agent/agent_app.h"
+#include "tests/support/log_capture.h"
 
 // In-process tests of the agent against a tiny AgentService server (sync gRPC API, TLS with
 // certificates made by scripts/gen-certs.sh) and real loopback endpoints.
@@ -371,6 +370,13 @@ Packet dial(const std::string& address, int64_t random, const std::string& proto
   return tunnel::make_dial_request(address, random, protocol);
 }
 
+// A port nobody listens on: one taken from the kernel and released.
+std::string closed_port_address() {
+  asio::io_context ctx;
+  auto a = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
+  return "127.0.0.1:" + std::to_string(a.local_endpoint().port());
+}
+
 // Dials through the agent and returns the connectID.
 int64_t dial_ok(Session& s, const std::string& address, int64_t random) {
   REQUIRE(s.write(dial(address, random)));
@@ -469,24 +475,9 @@ TEST_CASE("endpoint EOF becomes CLOSE_RSP after the data", "[agent][stream]") {
 TEST_CASE("an ordinary tunnel end is logged at debug, a failure at info", "[agent][stream]") {
   // One info line per tunnel was a write(2) per dial and a busy agent's whole log; the server
   // logs its tunnels' ends at debug too. What went wrong still shows at the default level.
-  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
-  auto log = konn::core::log::get("agent.endpoint");
-  log->sinks().push_back(ring);
-  struct Unhook {
-    std::shared_ptr<spdlog::logger> log;
-    spdlog::level::level_enum level;
-    ~Unhook() {
-      log->sinks().pop_back();
-      log->set_level(level);
-    }
-  } unhook{log, log->level()};
-  log->set_level(spdlog::level::debug);
-  auto closed_line = [&](const std::string& reason) -> std::optional<spdlog::level::level_enum> {
-    for (const auto& m : ring->last_raw()) {
-      const std::string text(m.payload.data(), m.payload.size());
-      if (text.find("closed: " + reason) != std::string::npos) return m.level;
-    }
-    return std::nullopt;
+  konn::testsupport::LogCapture captured("agent.endpoint");
+  auto closed_line = [&](const std::string& reason) {
+    return captured.level_of("closed: " + reason);
   };
   FakeProxyServer server({});
   Endpoint echo;
@@ -500,12 +491,7 @@ TEST_CASE("an ordinary tunnel end is logged at debug, a failure at info", "[agen
   REQUIRE(eventually([&] { return closed_line("CLOSE_REQ from server").has_value(); }));
   CHECK(closed_line("CLOSE_REQ from server") == spdlog::level::debug);
 
-  std::string closed_address;
-  {
-    asio::io_context ctx;
-    auto a = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
-    closed_address = "127.0.0.1:" + std::to_string(a.local_endpoint().port());
-  }
+  const std::string closed_address = closed_port_address();
   REQUIRE(s->write(dial(closed_address, 12)));
   REQUIRE(s->take_type(DIAL_RSP));
   REQUIRE(eventually([&] { return closed_line("dial failed").has_value(); }));
@@ -527,13 +513,7 @@ TEST_CASE("dial failures and refused protocols answer DIAL_RSP errors", "[agent]
   auto s = server.session(0);
   REQUIRE(s);
 
-  // A port nobody listens on: take one from the kernel and release it.
-  std::string closed_address;
-  {
-    asio::io_context ctx;
-    auto a = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
-    closed_address = "127.0.0.1:" + std::to_string(a.local_endpoint().port());
-  }
+  const std::string closed_address = closed_port_address();
   REQUIRE(s->write(dial(closed_address, 5)));
   auto rsp = s->take_type(DIAL_RSP);
   REQUIRE(rsp);

@@ -10,11 +10,10 @@
 
 #include <asio/read.hpp>
 #include <catch2/catch.hpp>
-#include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "core/h2/connection.h"
 #include "core/h2/h2_test_peer.h"
-#include "core/log/logger.h"
+#include "tests/support/log_capture.h"
 
 using namespace std::chrono_literals;
 using konn::core::h2::CallInfo;
@@ -492,24 +491,9 @@ TEST_CASE("h2 server: a peer that leaves after its calls ended is logged at debu
           "[h2][bad-peer]") {
   // kube-apiserver opens a connection per tunnel and closes it when the tunnel ended: that end
   // is not worth a line per tunnel. A connection that goes with a call still open is.
-  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
-  auto log = konn::core::log::get("h2");
-  log->sinks().push_back(ring);
-  struct Unhook {
-    std::shared_ptr<spdlog::logger> log;
-    spdlog::level::level_enum level;
-    ~Unhook() {
-      log->sinks().pop_back();
-      log->set_level(level);
-    }
-  } unhook{log, log->level()};
-  log->set_level(spdlog::level::debug);
+  konn::testsupport::LogCapture captured("h2");
   auto closed_at = [&](spdlog::level::level_enum level) {
-    for (const auto& m : ring->last_raw()) {
-      const std::string text(m.payload.data(), m.payload.size());
-      if (m.level == level && text.find(" closed: ") != std::string::npos) return true;
-    }
-    return false;
+    return captured.has(level, " closed: ");
   };
   Recorder rec;
   H2Server server(Kind::Tcp, rec.handler());
