@@ -418,6 +418,19 @@ TEST_CASE("h2: messages of several MiB both ways, with gRPC C++ on the other sid
           "[h2][interop][large]") {
   std::string big(5 * 1024 * 1024 + 3, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i % 251);
+  // The reference server echoes each message: three of `big`, then the call ends OK.
+  auto expect_three_echoes = [&](ClientCall& call) {
+    REQUIRE(call.wait_messages(3, 20s));
+    call.half_close();
+    auto result = call.wait_end();
+    REQUIRE(result);
+    CHECK(result->status.ok());
+    for (const auto& m : result->messages) {
+      Packet p;
+      REQUIRE(p.ParseFromString(m));
+      CHECK(p.data().data() == big);
+    }
+  };
   SECTION("our server") {
     Seen seen;
     H2Server server(Kind::Tcp, echo_service(seen));
@@ -440,16 +453,7 @@ TEST_CASE("h2: messages of several MiB both ways, with gRPC C++ on the other sid
     auto conn = connect_client(loop, Kind::Tcp, "127.0.0.1:" + std::to_string(ref.port));
     ClientCall call(loop, conn, "/AgentService/Connect", {{"agentid", "echo"}});
     for (int i = 0; i < 3; ++i) call.send(serialized(data_packet(1, big)));
-    REQUIRE(call.wait_messages(3, 20s));
-    call.half_close();
-    auto result = call.wait_end();
-    REQUIRE(result);
-    CHECK(result->status.ok());
-    for (const auto& m : result->messages) {
-      Packet p;
-      REQUIRE(p.ParseFromString(m));
-      CHECK(p.data().data() == big);
-    }
+    expect_three_echoes(call);
   }
   SECTION("our client, the payload borrowed from the sender") {
     // send_framed(head, borrowed): the message is the head's bytes after the prefix room, then
@@ -464,16 +468,7 @@ TEST_CASE("h2: messages of several MiB both ways, with gRPC C++ on the other sid
       call.send_framed(std::string(5, 'x') + whole.substr(0, at),
                        std::string_view(whole).substr(at));
     }
-    REQUIRE(call.wait_messages(3, 20s));
-    call.half_close();
-    auto result = call.wait_end();
-    REQUIRE(result);
-    CHECK(result->status.ok());
-    for (const auto& m : result->messages) {
-      Packet p;
-      REQUIRE(p.ParseFromString(m));
-      CHECK(p.data().data() == big);
-    }
+    expect_three_echoes(call);
   }
 }
 
