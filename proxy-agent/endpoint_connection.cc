@@ -610,9 +610,9 @@ void EndpointConnection::finish_close() {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                   started_)
                 .count();
-  // An ordinary end of a forward tunnel is a debug line, as the server's are: one info line per
-  // tunnel was a write(2) per dial and a busy agent's log. Errors, caps and cancelled dials stay
-  // at info, and so does every node-to-control-plane tunnel (node.tunnel, far fewer).
+  // An ordinary end of a forward tunnel is a debug line, as the server's are: at info it would be
+  // a write(2) per dial and most of a busy agent's log. Errors, caps and cancelled dials stay at
+  // info, and so does every node-to-control-plane tunnel (node.tunnel, far fewer).
   if (routine_close_ && !settings_.node_direction) {
     KONN_CONN_LOG((&logger()), debug, *this,
                   "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
