@@ -613,14 +613,11 @@ void EndpointConnection::finish_close() {
   // An ordinary end of a forward tunnel is a debug line, as the server's are: at info it would be
   // a write(2) per dial and most of a busy agent's log. Errors, caps and cancelled dials stay at
   // info, and so does every node-to-control-plane tunnel (node.tunnel, far fewer).
-  if (routine_close_ && !settings_.node_direction) {
-    KONN_CONN_LOG((&logger()), debug, *this,
-                  "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
-                  close_reason_, bytes_up_, bytes_down_.load(), ms);
-  } else {
-    KONN_CONN_LOG((&logger()), info, *this,
-                  "closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
-                  close_reason_, bytes_up_, bytes_down_.load(), ms);
+  const auto level = routine_close_ && !settings_.node_direction ? spdlog::level::debug
+                                                                  : spdlog::level::info;
+  if (logger().should_log(level)) {
+    logger().log(level, "{}closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
+                 log_prefix(), close_reason_, bytes_up_, bytes_down_.load(), ms);
   }
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstring>
 #include <nghttp2/nghttp2.h>
 #include <sys/types.h>
 #include <utility>
