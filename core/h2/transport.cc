@@ -177,11 +177,6 @@ TlsEngine::Want TlsEngine::write(const char* buf, size_t len, size_t& n, std::er
 
 bool TlsEngine::pending() const { return SSL_has_pending(ssl_) == 1; }
 
-std::vector<char>& thread_read_buffer() {
-  static thread_local std::vector<char> buf(64 * 1024);
-  return buf;
-}
-
 void enable_h2_alpn(asio::ssl::context& ctx) {
   SSL_CTX_set_alpn_select_cb(ctx.native_handle(), select_h2, nullptr);
 }

@@ -16,6 +16,8 @@
 #include <asio/ssl.hpp>
 #include <asio/write.hpp>
 
+#include "core/io/read_buffer.h"
+
 namespace konn::core::h2 {
 
 // The byte stream under one HTTP/2 connection: TCP, a unix socket, or TLS over either. Used by
@@ -47,11 +49,6 @@ void enable_h2_alpn(asio::ssl::context& ctx);
 void offer_h2_alpn(SSL* ssl);
 // The protocol ALPN chose on `ssl` ("" when none).
 std::string alpn_selected(SSL* ssl);
-
-// The buffer plain sockets read into: one per thread, so that an idle connection holds none.
-// A read's bytes are handed to its handler and consumed there (HTTP/2 parses them at once), before
-// the thread reads anything else.
-std::vector<char>& thread_read_buffer();
 
 // Plain sockets (TCP, unix): h2c with prior knowledge. A read waits for readability, then reads
 // into the thread's buffer; after a read that filled it, the next one reads without waiting.
@@ -98,7 +95,7 @@ class SocketTransport final : public Transport {
       done(asio::error::operation_aborted, {});
       return;
     }
-    std::vector<char>& buf = thread_read_buffer();
+    std::vector<char>& buf = io::thread_read_buffer();
     std::error_code ec;
     const size_t n = socket_.read_some(asio::buffer(buf), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
@@ -243,7 +240,7 @@ class TlsTransport final : public Transport {
       done(asio::error::operation_aborted, {});
       return;
     }
-    std::vector<char>& buf = thread_read_buffer();
+    std::vector<char>& buf = io::thread_read_buffer();
     size_t got = 0;
     std::error_code ec;
     TlsEngine::Want w = TlsEngine::Want::Nothing;

@@ -20,6 +20,7 @@
 #include "core/tunnel/credit.h"
 #include "core/tunnel/packet.h"
 #include "core/tunnel/quiet_timer.h"
+#include "core/tunnel/socket_reader.h"
 #include "proxy-server/backend/backend.h"
 #include "proxy-server/tunnel/frontend.h"
 #include "proxy-server/tunnel/router.h"
@@ -404,30 +405,28 @@ class ConnectSession : public Frontend,
       reader_paused_ = false;
       if (closed_) co_return;
       // On a plain socket, wait for readability before allocating, so an idle tunnel holds no
-      // buffer. Exception for TLS: OpenSSL may hold decrypted bytes the socket no longer shows,
-      // and a read returns at most one 16 KiB record anyway, so it reads directly.
+      // buffer, then read what is there into a string of its size (SocketReader). Exception for
+      // TLS: OpenSSL may hold decrypted bytes the socket no longer shows, and a read returns at
+      // most one 16 KiB record anyway, so it reads directly.
       std::error_code wec;
-      size_t want = kTlsRead;
-      if constexpr (!kTls) {
+      std::error_code ec;
+      std::string chunk;
+      if constexpr (kTls) {
+        if (closed_) co_return;
+        chunk.assign(kTlsRead, '\0');
+        size_t n = 0;
+        std::tie(ec, n) = co_await stream_.async_read_some(asio::buffer(chunk), use_nothrow);
+        chunk = std::string(chunk.data(), n);  // a record at most: below kSmallRead
+      } else {
         std::tie(wec) =
             co_await lowest(stream_).async_wait(asio::socket_base::wait_read, use_nothrow);
-        // A few bytes (or EOF: none) get a buffer of their size, not a whole chunk: thousands of
-        // tunnels closing at once must not allocate 256 KiB each.
-        std::error_code aec;
-        size_t available = lowest(stream_).available(aec);
-        want = core::tunnel::read_size_for(available, !aec);
-      }
-      if (closed_) co_return;
-      std::string chunk(want, '\0');
-      auto [ec, n] = co_await stream_.async_read_some(asio::buffer(chunk), use_nothrow);
-      if (n > 0) {
-        if (n < core::tunnel::kSmallRead) {
-          chunk = std::string(chunk.data(), n);
-        } else {
-          chunk.resize(n);
+        if (closed_) co_return;
+        if (!wec) {
+          chunk = reader_.read(lowest(stream_).native_handle(), core::tunnel::kReadChunk, ec);
+          if (ec == asio::error::would_block) continue;
         }
-        send_to_agent(std::move(chunk));
       }
+      if (!chunk.empty()) send_to_agent(std::move(chunk));
       if (ec || wec) {
         // A TLS client that closes without close_notify gives stream_truncated: still an EOF.
         bool eof = !wec && (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated);
@@ -658,6 +657,7 @@ class ConnectSession : public Frontend,
   std::atomic<int64_t> to_agent_queued_{0};
   std::atomic<int64_t> credit_{0};
   std::atomic<bool> reader_paused_{false};
+  core::tunnel::SocketReader reader_;  // read_client's (plain sockets)
   // Packets for the client. A list: libstdc++'s deque allocates ~600 bytes even when empty, and
   // most tunnels sit idle with nothing queued.
   std::list<Packet> out_;
