@@ -106,6 +106,12 @@ bool EndpointConnection::send_packet(Packet&& p,
 
 void EndpointConnection::start(std::string address) {
   arm_half_close_bound();
+  if (auto to = core::net::literal_endpoint(address)) {
+    asio::post(ctx_, [self = shared_from_this(), to = *to, address = std::move(address)]() mutable {
+      self->connect(to, std::move(address));
+    });
+    return;
+  }
   asio::co_spawn(ctx_, dial(std::move(address)), asio::detached);
 }
 
@@ -163,7 +169,7 @@ void EndpointConnection::dial_answered(int64_t connect_id, std::string error) {
     self->set_state(State::Established);
     self->stats_->observe_dial(std::chrono::steady_clock::now() - self->started_);
     self->stats_->open_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
-    asio::co_spawn(self->ctx_, self->read_loop(), asio::detached);
+    self->read_next();
     self->write_next();  // DATA that arrived with the answer
   });
 }
@@ -181,8 +187,12 @@ void EndpointConnection::peer_closed(std::string error) {
 
 void EndpointConnection::stop_dial(const std::string& reason, bool tell_peer) {
   if (!accepted_) {
+    // The dial ends on its own thread: the coroutine's wait on cancel_timer_, or the connect's
+    // wait on the socket, completes and finds the flag.
     dial_cancelled_ = true;
     cancel_timer_.cancel();
+    std::error_code ignored;
+    socket_.cancel(ignored);
     return;
   }
   if (tell_peer) send_packet(tunnel::make_close_dial(dial_id_));
@@ -352,37 +362,87 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
       core::net::dial_tcp(ctx_.get_executor(), address, settings_.dial_timeout, allowed) ||
       cancel_timer_.async_wait(use_nothrow));
   if (outcome.index() == 1 || dial_cancelled_) {
-    stats_->dials_cancelled.fetch_add(1, std::memory_order_relaxed);
-    close_reason_ = "dial cancelled (DIAL_CLS)";
-    finish_close();
+    end_cancelled_dial();
     co_return;
   }
   auto& result = std::get<0>(outcome);
-  if (result.ec == konn::Errc::DestinationNotAllowed) {
+  if (!result.ec) socket_ = std::move(result.socket);
+  dialled(result.ec, result.error_text);
+}
+
+void EndpointConnection::connect(const asio::ip::tcp::endpoint& to, std::string address) {
+  stats_->dials.fetch_add(1, std::memory_order_relaxed);
+  KONN_CONN_LOG((&logger()), debug, *this, "dialing {}", address);
+  if (dial_cancelled_) {
+    end_cancelled_dial();
+    return;
+  }
+  if (settings_.destinations && !settings_.destinations->allows(to.address(), to.port())) {
+    dialled(konn::Errc::DestinationNotAllowed,
+            core::net::not_allowed_error_text(address, to.address().to_string()));
+    return;
+  }
+  const std::error_code started = core::net::begin_connect(socket_, to);
+  if (started != asio::error::in_progress) {
+    dialled(started, started ? core::net::connect_error_text(address, started) : std::string());
+    return;
+  }
+  // The dial's deadline, and DIAL_CLS (stop_dial): either one cancels the wait.
+  cancel_timer_.expires_after(settings_.dial_timeout);
+  cancel_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    if (ec || self->state_ != State::Dialing) return;
+    self->dial_timed_out_ = true;
+    std::error_code ignored;
+    self->socket_.cancel(ignored);
+  });
+  socket_.async_wait(asio::socket_base::wait_write, [self = shared_from_this(),
+                                                     address = std::move(address)](
+                                                        std::error_code wait_ec) {
+    self->cancel_timer_.cancel();
+    if (self->dial_cancelled_) {
+      self->end_cancelled_dial();
+      return;
+    }
+    if (self->dial_timed_out_) {
+      self->dialled(konn::Errc::DialTimeout, core::net::timeout_error_text(address));
+      return;
+    }
+    std::error_code ec = wait_ec ? wait_ec : core::net::end_connect(self->socket_);
+    self->dialled(ec, ec ? core::net::connect_error_text(address, ec) : std::string());
+  });
+}
+
+void EndpointConnection::end_cancelled_dial() {
+  stats_->dials_cancelled.fetch_add(1, std::memory_order_relaxed);
+  close_reason_ = "dial cancelled (DIAL_CLS)";
+  finish_close();
+}
+
+void EndpointConnection::dialled(std::error_code ec, const std::string& error_text) {
+  if (ec == konn::Errc::DestinationNotAllowed) {
     stats_->dials_refused[AgentStats::RefusedDestination].fetch_add(1, std::memory_order_relaxed);
-    std::string error = result.error_text + " by the agent's --allowed-destinations";
+    std::string error = error_text + " by the agent's --allowed-destinations";
     KONN_CONN_LOG((&logger()), warn, *this, "dial refused: {}", error);
     send_packet(tunnel::make_dial_response(dial_id_, 0, error));
     close_reason_ = "dial refused: destination not allowed";
     finish_close();
-    co_return;
+    return;
   }
-  if (result.ec) {
-    if (result.ec == konn::Errc::DialTimeout) {
+  if (ec) {
+    if (ec == konn::Errc::DialTimeout) {
       stats_->dial_timeouts.fetch_add(1, std::memory_order_relaxed);
     } else {
       stats_->dial_failures.fetch_add(1, std::memory_order_relaxed);
     }
-    send_packet(tunnel::make_dial_response(dial_id_, 0, result.error_text));
-    close_reason_ = "dial failed: " + result.error_text;
+    send_packet(tunnel::make_dial_response(dial_id_, 0, error_text));
+    close_reason_ = "dial failed: " + error_text;
     finish_close();
-    co_return;
+    return;
   }
-  socket_ = std::move(result.socket);
   if (!table_->establish(dial_id_, connect_id_, this)) {
     close_reason_ = "server stream ended while dialing";
     finish_close();
-    co_return;
+    return;
   }
   set_state(State::Established);
   stats_->observe_dial(std::chrono::steady_clock::now() - started_);
@@ -391,70 +451,69 @@ core::io::Awaitable<void> EndpointConnection::dial(std::string address) {
   rsp.mutable_dialresponse()->set_konnhalfclose(settings_.half_close);
   if (!send_packet(std::move(rsp))) {
     close("server stream closing", CloseFlags::None);
-    co_return;
+    return;
   }
-  asio::co_spawn(ctx_, read_loop(), asio::detached);
+  read_next();
   write_next();  // DATA that raced ahead of us (none from a well-behaved server)
 }
 
-core::io::Awaitable<void> EndpointConnection::read_loop() {
-  auto self = shared_from_this();
-  std::error_code ec;
-  socket_.non_blocking(true, ec);
-  while (state_ == State::Established) {
-    if (!gate_.open()) {
-      gate_timer_.expires_at(asio::steady_timer::time_point::max());
-      co_await gate_timer_.async_wait(use_nothrow);
-      continue;
-    }
-    auto [wait_ec] = co_await socket_.async_wait(asio::socket_base::wait_read, use_nothrow);
-    if (state_ != State::Established) break;
-    if (wait_ec) {
-      close("socket wait failed: " + wait_ec.message(), CloseFlags::SendCloseResponse,
-            wait_ec.message());
-      break;
-    }
-    // Memory is taken only now that bytes are there. Small amounts get a buffer of their exact
-    // size (no copy later); otherwise a full chunk so one read takes all that arrived since.
-    size_t available = socket_.available(ec);
-    size_t want = tunnel::read_size_for(available, !ec);
-    if (settings_.flow_control) want = std::min(want, static_cast<size_t>(credit_));
-    if (want == 0) {  // cannot happen while the gate is open; stay safe anyway
-      pause(PauseReason::NoCredit);
-      continue;
-    }
-    std::string buf(want, '\0');
-    size_t n = socket_.read_some(asio::buffer(buf), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
-    if (ec == asio::error::eof) {
-      endpoint_eof();
-      break;
-    }
-    if (ec) {
-      close("read error: " + ec.message(), CloseFlags::SendCloseResponse, ec.message());
-      break;
-    }
-    if (n < tunnel::kSmallRead && buf.size() >= tunnel::kSmallRead) {
-      buf = std::string(buf.data(), n);  // do not hold a whole chunk for a few bytes
-    } else {
-      buf.resize(n);
-    }
-    bytes_up_ += n;
-    if (quiet_) quiet_->touch();
-    int64_t in_stream = in_stream_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
-    if (settings_.flow_control) credit_ -= static_cast<int64_t>(n);
-    stats_->bytes_from_endpoints.fetch_add(n, std::memory_order_relaxed);
-    if (!send_packet(tunnel::make_data(connect_id_, std::move(buf)), self)) {
-      close("server stream closing", CloseFlags::None);
-      break;
-    }
-    if (in_stream > static_cast<int64_t>(settings_.queue_high_watermark)) {
-      queue_paused_.store(true);
-      pause(PauseReason::QueueFull);
-      resume_if_drained();  // the stream may have drained before the flag was set
-    }
-    if (settings_.flow_control && credit_ <= 0) pause(PauseReason::NoCredit);
+void EndpointConnection::read_next() {
+  if (state_ != State::Established) return;
+  if (!gate_.open()) {  // resume() and close() cancel the wait
+    gate_timer_.expires_at(asio::steady_timer::time_point::max());
+    gate_timer_.async_wait([self = shared_from_this()](std::error_code) { self->read_next(); });
+    return;
   }
+  socket_.async_wait(asio::socket_base::wait_read,
+                     [self = shared_from_this()](std::error_code ec) { self->read_ready(ec); });
+}
+
+void EndpointConnection::read_ready(std::error_code wait_ec) {
+  if (state_ != State::Established) return;
+  if (wait_ec) {
+    close("socket wait failed: " + wait_ec.message(), CloseFlags::SendCloseResponse,
+          wait_ec.message());
+    return;
+  }
+  // Memory is taken only now that bytes are there, and only as much as arrived (SocketReader).
+  const size_t limit = settings_.flow_control ? static_cast<size_t>(std::max<int64_t>(credit_, 0))
+                                              : tunnel::kReadChunk;
+  if (limit == 0) {  // cannot happen while the gate is open; stay safe anyway
+    pause(PauseReason::NoCredit);
+    read_next();
+    return;
+  }
+  std::error_code ec;
+  std::string buf = reader_.read(socket_.native_handle(), limit, ec);
+  if (ec == asio::error::would_block) {
+    read_next();
+    return;
+  }
+  if (ec == asio::error::eof) {
+    endpoint_eof();
+    return;
+  }
+  if (ec) {
+    close("read error: " + ec.message(), CloseFlags::SendCloseResponse, ec.message());
+    return;
+  }
+  const size_t n = buf.size();
+  bytes_up_ += n;
+  if (quiet_) quiet_->touch();
+  int64_t in_stream = in_stream_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+  if (settings_.flow_control) credit_ -= static_cast<int64_t>(n);
+  stats_->bytes_from_endpoints.fetch_add(n, std::memory_order_relaxed);
+  if (!send_packet(tunnel::make_data(connect_id_, std::move(buf)), shared_from_this())) {
+    close("server stream closing", CloseFlags::None);
+    return;
+  }
+  if (in_stream > static_cast<int64_t>(settings_.queue_high_watermark)) {
+    queue_paused_.store(true);
+    pause(PauseReason::QueueFull);
+    resume_if_drained();  // the stream may have drained before the flag was set
+  }
+  if (settings_.flow_control && credit_ <= 0) pause(PauseReason::NoCredit);
+  read_next();
 }
 
 void EndpointConnection::resume_if_drained() {

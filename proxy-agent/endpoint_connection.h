@@ -21,6 +21,7 @@
 #include "core/tunnel/credit.h"
 #include "core/tunnel/packet_stream.h"
 #include "core/tunnel/quiet_timer.h"
+#include "core/tunnel/socket_reader.h"
 #include "proxy-agent/agent_stats.h"
 
 namespace konn::agent {
@@ -151,8 +152,18 @@ class EndpointConnection : public core::tunnel::WriteListener,
   // Ends a dial that has not been answered: the dialled side stops its connect; the dialling
   // side (accepted) tells the peer with KONN_NODE_DIAL_CLS when `tell_peer` and closes.
   void stop_dial(const std::string& reason, bool tell_peer);
+  // Dials an IP literal with callbacks (what kube-apiserver sends almost always: no coroutine
+  // frame, no parallel group), bounded by settings_.dial_timeout and stopped by DIAL_CLS.
+  void connect(const asio::ip::tcp::endpoint& to, std::string address);
+  // Dials a host name: looks it up and tries its addresses (core::net::dial_tcp).
   core::io::Awaitable<void> dial(std::string address);
-  core::io::Awaitable<void> read_loop();
+  // The dial's outcome (socket_ connected when `ec` is empty): DIAL_RSP, then reading.
+  void dialled(std::error_code ec, const std::string& error_text);
+  void end_cancelled_dial();
+  // Reading the endpoint: wait until it is readable (or the gate opens), read what is there,
+  // send it as DATA, wait again. Until the connection leaves Established.
+  void read_next();
+  void read_ready(std::error_code wait_ec);
   void enqueue_write(Packet&& data);
   void write_next();
   void on_socket_written(std::error_code ec, size_t n);
@@ -195,10 +206,12 @@ class EndpointConnection : public core::tunnel::WriteListener,
 
   State state_ = State::Dialing;
   asio::ip::tcp::socket socket_;
-  asio::steady_timer cancel_timer_;  // fires to cancel the dial (DIAL_CLS)
+  core::tunnel::SocketReader reader_;  // the read loop's (ctx_ only)
+  asio::steady_timer cancel_timer_;  // ends a dial: DIAL_CLS, or connect()'s deadline
   asio::steady_timer gate_timer_;    // the paused read loop waits on it; resume cancels it
   asio::steady_timer flush_timer_;   // bounds Closing
   bool dial_cancelled_ = false;
+  bool dial_timed_out_ = false;  // connect(): the deadline passed first
   bool reset_ = false;  // node direction, stream gone: the socket is closed with a reset
   core::relay::ReadGate gate_;
   int64_t credit_ = 0;         // flow control: bytes we may still send

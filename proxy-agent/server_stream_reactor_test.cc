@@ -639,6 +639,44 @@ TEST_CASE("DIAL_CLS cancels a dial in progress, or closes what it produced", "[a
   app.stop();
 }
 
+// reliability: proxy-agent | a dial that hangs in SYN_SENT past --dial-timeout | DIAL_RSP error
+// reliability+: "dial tcp <address>: i/o timeout" | info "closed: dial failed: ..." | the stream;
+// reliability+: a later dial works
+TEST_CASE("a dial that outlives --dial-timeout answers an i/o timeout", "[agent][stream]") {
+  FakeProxyServer server({});
+  Endpoint echo;
+  auto opts = agent_options(server.port());
+  opts.dial_timeout = milliseconds(300);
+  AgentApp app(opts);
+  app.start();
+  auto s = server.session(0);
+  REQUIRE(s);
+
+  asio::io_context ctx;
+  asio::ip::tcp::acceptor full(ctx);
+  full.open(asio::ip::tcp::v4());
+  full.bind({asio::ip::make_address("127.0.0.1"), 0});
+  full.listen(0);
+  std::string hang_address = "127.0.0.1:" + std::to_string(full.local_endpoint().port());
+  asio::ip::tcp::socket filler(ctx);  // backlog 0 holds exactly one; the next SYN is dropped
+  filler.connect(full.local_endpoint());
+  auto started = std::chrono::steady_clock::now();
+  REQUIRE(s->write(dial(hang_address, 950)));
+  auto rsp = s->take_type(DIAL_RSP, milliseconds(5000));
+  REQUIRE(rsp);
+  CHECK(std::chrono::steady_clock::now() - started >= milliseconds(300));
+  CHECK(rsp->dialresponse().random() == 950);
+  CHECK(rsp->dialresponse().connectid() == 0);
+  CHECK(rsp->dialresponse().error() == "dial tcp " + hang_address + ": i/o timeout");
+  CHECK(app.stats().dial_timeouts == 1);
+  REQUIRE(eventually([&] { return app.servers().endpoint_connections() == 0; }));
+
+  // A name is looked up, then dialled the same way.
+  dial_ok(*s, "localhost:" + echo.address().substr(echo.address().rfind(':') + 1), 951);
+  REQUIRE(eventually([&] { return echo.accepted == 1; }));
+  app.stop();
+}
+
 TEST_CASE("one stream per server id until servercount is reached", "[agent][set]") {
   FakeProxyServer::Config cfg;
   cfg.server_ids = {"s1", "s1", "s2"};

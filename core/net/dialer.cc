@@ -1,9 +1,12 @@
 #include "core/net/dialer.h"
 
-#include <asio/ip/address.hpp>
+#include <sys/socket.h>
 
 #include <cctype>
+#include <cerrno>
 #include <vector>
+
+#include <asio/ip/address.hpp>
 
 #include "core/error/errc.h"
 #include "core/net/endpoint.h"
@@ -24,6 +27,54 @@ std::string go_style(const std::string& address, const std::string& op, std::err
 void set_nodelay(asio::ip::tcp::socket& s) {
   std::error_code ignored;
   s.set_option(asio::ip::tcp::no_delay(true), ignored);
+}
+
+std::optional<asio::ip::tcp::endpoint> literal_endpoint(const std::string& address) {
+  auto hp = parse_host_port(address);
+  if (!hp) return std::nullopt;
+  std::error_code ec;
+  auto ip = asio::ip::make_address(hp->host, ec);
+  if (ec) return std::nullopt;
+  return asio::ip::tcp::endpoint(ip, hp->port);
+}
+
+std::error_code begin_connect(asio::ip::tcp::socket& socket, const asio::ip::tcp::endpoint& to) {
+  std::error_code ec;
+  socket.open(to.protocol(), ec);
+  if (!ec) socket.non_blocking(true, ec);
+  if (ec) return ec;
+  for (;;) {
+    if (::connect(socket.native_handle(), to.data(), static_cast<socklen_t>(to.size())) == 0) {
+      set_nodelay(socket);
+      return {};
+    }
+    if (errno == EINTR) continue;
+    if (errno == EINPROGRESS) return asio::error::in_progress;
+    return {errno, asio::error::get_system_category()};
+  }
+}
+
+std::error_code end_connect(asio::ip::tcp::socket& socket) {
+  int error = 0;
+  socklen_t len = sizeof(error);
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &error, &len) != 0) {
+    error = errno;
+  }
+  if (error != 0) return {error, asio::error::get_system_category()};
+  set_nodelay(socket);
+  return {};
+}
+
+std::string connect_error_text(const std::string& address, std::error_code ec) {
+  return go_style(address, "connect", ec);
+}
+
+std::string timeout_error_text(const std::string& address) {
+  return "dial tcp " + address + ": i/o timeout";
+}
+
+std::string not_allowed_error_text(const std::string& address, const std::string& refused) {
+  return "dial tcp " + address + ": destination " + refused + " not allowed";
 }
 
 io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address,
@@ -51,7 +102,7 @@ io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address
                   timer.async_wait(io::use_nothrow));
     if (resolved.index() == 1) {
       out.ec = konn::Errc::DialTimeout;
-      out.error_text = "dial tcp " + address + ": i/o timeout";
+      out.error_text = timeout_error_text(address);
       co_return out;
     }
     auto [rec, results] = std::get<0>(std::move(resolved));
@@ -73,14 +124,14 @@ io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address
   }
   if (endpoints.empty() && !refused.empty()) {
     out.ec = konn::Errc::DestinationNotAllowed;
-    out.error_text = "dial tcp " + address + ": destination " + refused + " not allowed";
+    out.error_text = not_allowed_error_text(address, refused);
     co_return out;
   }
   auto connected = co_await (asio::async_connect(out.socket, endpoints, io::use_nothrow) ||
                              timer.async_wait(io::use_nothrow));
   if (connected.index() == 1) {
     out.ec = konn::Errc::DialTimeout;
-    out.error_text = "dial tcp " + address + ": i/o timeout";
+    out.error_text = timeout_error_text(address);
     std::error_code ignored;
     out.socket.close(ignored);
     co_return out;
@@ -88,7 +139,7 @@ io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address
   auto [cec, endpoint] = std::get<0>(std::move(connected));
   if (cec) {
     out.ec = cec;
-    out.error_text = go_style(address, "connect", cec);
+    out.error_text = connect_error_text(address, cec);
     co_return out;
   }
   set_nodelay(out.socket);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -33,5 +34,25 @@ io::Awaitable<DialResult> dial_tcp(asio::any_io_executor ex, std::string address
 
 // Sets TCP_NODELAY (every proxied socket gets it: small writes must not wait for Nagle).
 void set_nodelay(asio::ip::tcp::socket& s);
+
+// The endpoint an IP-literal `address` names ("10.0.0.1:443", "[fd00::1]:80"): what
+// kube-apiserver dials almost always. Nothing for a host name (a lookup: dial_tcp) or a malformed
+// address.
+std::optional<asio::ip::tcp::endpoint> literal_endpoint(const std::string& address);
+
+// A connect without a coroutine, for a caller that keeps the state of its dial itself (the agent
+// dials once per tunnel: no coroutine frame, no parallel group, no poll(2)). begin_connect()
+// opens `socket` (closed, non-blocking from then on) and starts connect(2) to `to`: no error
+// means connected at once; asio::error::in_progress means wait until the socket is writable and
+// then ask end_connect(), which gives the outcome and sets TCP_NODELAY on success. Any other
+// error is the connect's own.
+std::error_code begin_connect(asio::ip::tcp::socket& socket, const asio::ip::tcp::endpoint& to);
+std::error_code end_connect(asio::ip::tcp::socket& socket);
+
+// dial_tcp's error texts, in Go's words (upstream peers match "timeout" in them).
+std::string connect_error_text(const std::string& address, std::error_code ec);
+std::string timeout_error_text(const std::string& address);
+// `refused`: the addresses the AddressFilter refused, comma-separated.
+std::string not_allowed_error_text(const std::string& address, const std::string& refused);
 
 }  // namespace konn::core::net
