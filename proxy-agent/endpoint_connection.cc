@@ -649,12 +649,8 @@ void EndpointConnection::finish_close() {
   write_role_.close();  // before the descriptor can be closed and reused
   end_half_close();
   std::error_code ignored;
-  if (reset_) {
-    socket_.set_option(asio::socket_base::linger(true, 0), ignored);  // close() sends RST
-  } else {
-    socket_.shutdown(asio::socket_base::shutdown_both, ignored);
-  }
-  socket_.close(ignored);
+  if (reset_) socket_.set_option(asio::socket_base::linger(true, 0), ignored);  // close() sends RST
+  socket_.close(ignored);  // otherwise a FIN, as a shutdown(2) first would send
   flush_timer_.cancel();
   gate_timer_.cancel();
   cancel_timer_.cancel();

@@ -614,8 +614,7 @@ class ConnectSession : public Frontend,
     if (half_counted_) router_.metrics().half_closed.Decrement();
     half_counted_ = false;
     std::error_code ignored;
-    lowest(stream_).shutdown(asio::socket_base::shutdown_both, ignored);
-    lowest(stream_).close(ignored);
+    lowest(stream_).close(ignored);  // sends the FIN a shutdown(2) would: one system call
     if (established_) {
       router_.metrics().established.Decrement();
       router_.metrics().connection_duration.Observe(
