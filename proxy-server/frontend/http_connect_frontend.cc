@@ -4,6 +4,7 @@
 #include <atomic>
 #include <list>
 #include <optional>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <asio.hpp>
@@ -218,6 +219,26 @@ class ConnectSession : public Frontend,
     co_return true;
   }
 
+  // read_head()'s bound (--http-connect-header-timeout), armed for the life of this object.
+  struct HeadDeadline {
+    explicit HeadDeadline(ConnectSession& s) : session(s) {
+      session.wake_.expires_after(session.router_.options().http_connect_header_timeout);
+      session.wake_.async_wait([self = session.shared_from_this()](std::error_code ec) {
+        if (ec || self->head_done_) return;
+        self->head_timed_out_ = true;
+        std::error_code ignored;
+        lowest(self->stream_).cancel(ignored);
+      });
+    }
+    ~HeadDeadline() {
+      session.head_done_ = true;
+      session.wake_.cancel();
+    }
+    HeadDeadline(const HeadDeadline&) = delete;
+    HeadDeadline& operator=(const HeadDeadline&) = delete;
+    ConnectSession& session;
+  };
+
   struct ConnectHead {
     std::string target;    // host:port
     std::string leftover;  // bytes the client sent after the head
@@ -230,21 +251,20 @@ class ConnectSession : public Frontend,
     ConnectHead head;
     core::http::Http1Parser parser(core::http::Http1Parser::Kind::Request,
                                    static_cast<size_t>(options.http_connect_max_header_bytes));
-    std::string buf(16 * 1024, '\0');
+    std::string buf(4 * 1024, '\0');  // a request head is a few hundred bytes
     {
-      asio::steady_timer deadline(stream_.get_executor(),
-                                  router_.options().http_connect_header_timeout);
+      // The deadline cancels the socket's read (wake_ is free until the dial). Not a race of the
+      // read and a timer: that would be a coroutine for each, and a parallel group, per request.
+      HeadDeadline deadline(*this);
       for (;;) {
-        auto r = co_await (stream_.async_read_some(asio::buffer(buf), use_nothrow) ||
-                           deadline.async_wait(use_nothrow));
-        if (r.index() == 1) {
+        auto [ec, n] = co_await stream_.async_read_some(asio::buffer(buf), use_nothrow);
+        if (head_timed_out_) {
           router_.metrics().limit_hit("connect_header_timeout");
           KONN_LOG(log_, info, "http-connect client {}: no complete request head in {}; closing",
                    peer_,
                    core::config::format_go_duration(router_.options().http_connect_header_timeout));
           co_return std::nullopt;
         }
-        auto [ec, n] = std::get<0>(r);
         if (ec) co_return std::nullopt;
         auto res = parser.feed(std::string_view(buf.data(), n));
         if (res.status == core::http::Http1Parser::Status::Invalid) {
@@ -362,8 +382,17 @@ class ConnectSession : public Frontend,
     }
     // Agent DATA may already be queued (server-first protocols): writing_ was set with the answer,
     // so it waits in out_ until the 200 is written and the two writes never interleave.
-    auto [wec, n] = co_await asio::async_write(
-        stream_, asio::buffer(kEstablished, sizeof(kEstablished) - 1), use_nothrow);
+    std::string_view established(kEstablished, sizeof(kEstablished) - 1);
+    if constexpr (!kTls) {  // written at once, as a rule: no completion to wait for
+      ssize_t sent = ::send(lowest(stream_).native_handle(), established.data(), established.size(),
+                            MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (sent > 0) established.remove_prefix(static_cast<size_t>(sent));
+    }
+    std::error_code wec;
+    if (!established.empty()) {
+      std::tie(wec, std::ignore) =
+          co_await asio::async_write(stream_, asio::buffer(established), use_nothrow);
+    }
     writing_ = false;
     if (wec) {
       close_tunnel("client went away before 200 was written", true);
@@ -632,7 +661,9 @@ class ConnectSession : public Frontend,
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
   std::string peer_;
-  asio::steady_timer wake_;    // dial answer or timeout
+  asio::steady_timer wake_;    // the request head's deadline, then the dial's answer or timeout
+  bool head_done_ = false;      // read_head() ended: its deadline is void
+  bool head_timed_out_ = false;  // the deadline cancelled read_head()'s read
   asio::steady_timer resume_;  // reader backpressure
   std::unique_ptr<asio::steady_timer> close_timer_;
   // Half-close and idle bounds (--half-close-timeout, --tunnel-idle-timeout); only on tunnels
