@@ -377,6 +377,22 @@ std::string closed_port_address() {
   return "127.0.0.1:" + std::to_string(a.local_endpoint().port());
 }
 
+// A listener whose accept queue is full: a connect to it hangs in SYN_SENT (the SYN is dropped).
+struct HangingListener {
+  asio::io_context ctx;
+  asio::ip::tcp::acceptor acceptor{ctx};
+  asio::ip::tcp::socket filler{ctx};  // backlog 0 holds exactly one; the next SYN is dropped
+  HangingListener() {
+    acceptor.open(asio::ip::tcp::v4());
+    acceptor.bind({asio::ip::make_address("127.0.0.1"), 0});
+    acceptor.listen(0);
+    filler.connect(acceptor.local_endpoint());
+  }
+  std::string address() const {
+    return "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port());
+  }
+};
+
 // Dials through the agent and returns the connectID.
 int64_t dial_ok(Session& s, const std::string& address, int64_t random) {
   REQUIRE(s.write(dial(address, random)));
@@ -612,17 +628,8 @@ TEST_CASE("DIAL_CLS cancels a dial in progress, or closes what it produced", "[a
   auto s = server.session(0);
   REQUIRE(s);
 
-  // A listener with a full accept queue: further connects hang in SYN_SENT.
-  asio::io_context ctx;
-  asio::ip::tcp::acceptor full(ctx);
-  full.open(asio::ip::tcp::v4());
-  full.bind({asio::ip::make_address("127.0.0.1"), 0});
-  full.listen(0);
-  std::string hang_address = "127.0.0.1:" + std::to_string(full.local_endpoint().port());
-  std::vector<asio::ip::tcp::socket> fillers;
-  fillers.emplace_back(ctx);  // backlog 0 holds exactly one; the next SYN is dropped
-  fillers.back().connect(full.local_endpoint());
-  REQUIRE(s->write(dial(hang_address, 900)));
+  HangingListener hanging;
+  REQUIRE(s->write(dial(hanging.address(), 900)));
   REQUIRE(eventually([&] { return app.stats().dials >= 1; }));
   REQUIRE(s->write(tunnel::make_close_dial(900)));
   REQUIRE(eventually([&] { return app.stats().dials_cancelled == 1; }, milliseconds(5000)));
@@ -652,14 +659,8 @@ TEST_CASE("a dial that outlives --dial-timeout answers an i/o timeout", "[agent]
   auto s = server.session(0);
   REQUIRE(s);
 
-  asio::io_context ctx;
-  asio::ip::tcp::acceptor full(ctx);
-  full.open(asio::ip::tcp::v4());
-  full.bind({asio::ip::make_address("127.0.0.1"), 0});
-  full.listen(0);
-  std::string hang_address = "127.0.0.1:" + std::to_string(full.local_endpoint().port());
-  asio::ip::tcp::socket filler(ctx);  // backlog 0 holds exactly one; the next SYN is dropped
-  filler.connect(full.local_endpoint());
+  HangingListener hanging;
+  const std::string hang_address = hanging.address();
   auto started = std::chrono::steady_clock::now();
   REQUIRE(s->write(dial(hang_address, 950)));
   auto rsp = s->take_type(DIAL_RSP, milliseconds(5000));
