@@ -1,10 +1,9 @@
 #include "core/tunnel/socket_reader.h"
 
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <cerrno>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include <asio/error.hpp>
 
@@ -43,7 +42,8 @@ std::string SocketReader::read(int fd, size_t limit, std::error_code& ec) {
     const size_t n = receive(fd, buf.data(), buf.size(), ec);
     if (n < kSmallRead) {
       chunks_ = false;
-      if (buf.size() >= kSmallRead) return std::string(buf.data(), n);  // not a chunk for a few bytes
+      // A few bytes do not keep a whole chunk.
+      if (buf.size() >= kSmallRead) return std::string(buf.data(), n);
     }
     buf.resize(n);
     return buf;

@@ -1,9 +1,8 @@
 #include "core/tunnel/socket_reader.h"
 
+#include <string>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <string>
 
 #include <asio/error.hpp>
 #include <catch2/catch.hpp>
