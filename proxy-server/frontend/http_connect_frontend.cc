@@ -270,6 +270,7 @@ class ConnectSession : public Frontend,
         if (res.status == core::http::Http1Parser::Status::Invalid) {
           if (parser.error_status() == 431) router_.metrics().limit_hit("connect_header_size");
           KONN_LOG(log_, info, "http-connect client {}: bad request: {}", peer_, parser.error());
+          head_done_ = true;  // the deadline must not cut the answer short
           co_await reply_and_close(parser.error_status(), parser.error() + "\n");
           co_return std::nullopt;
         }
