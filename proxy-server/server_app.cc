@@ -349,7 +349,7 @@ void ServerApp::drain() {
 }
 
 double ServerApp::open_tunnels() const {
-  return metrics_.grpc_proxy.Value() + metrics_.http_connections.Add({}).Value();
+  return metrics_.grpc_proxy.Value() + metrics_.http_connect.Value();
 }
 
 void ServerApp::begin_drain() {

@@ -81,6 +81,7 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
                                   "--tunnel-idle-timeout)")),
       grpc_proxy(grpc_connections.Add({{"service_method", "Proxy"}})),
       grpc_connect(grpc_connections.Add({{"service_method", "Connect"}})),
+      http_connect(http_connections.Add({})),
       pending(pending_backend_dials.Add({})),
       established(established_connections.Add({})),
       half_closed(half_closed_tunnels.Add({})),
@@ -94,7 +95,6 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
   frontend_write_duration_seconds.Add(
       {}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 0.001, 0.01, 0.1, 1});
   ready_backend_connections.Add({});
-  http_connections.Add({});
   culled_leases_count.Add({});
   tunnels_over_cap_total.Add({});
   // Shown at 0 from the start, so a dashboard's rate() has a series before the first pause.

@@ -43,6 +43,7 @@ struct ServerMetrics {
 
   prometheus::Gauge& grpc_proxy;
   prometheus::Gauge& grpc_connect;
+  prometheus::Gauge& http_connect;  // http_connections' one series
   prometheus::Gauge& pending;
   prometheus::Gauge& established;
   prometheus::Gauge& half_closed;  // established tunnels with one side finished sending

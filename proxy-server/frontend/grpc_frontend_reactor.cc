@@ -34,8 +34,15 @@ const char* GrpcFrontend::to_string(State s) {
   return "?";
 }
 
-GrpcFrontend::GrpcFrontend(Router& router)
-    : router_(router), log_(core::log::get("server.frontend")) {
+namespace {
+// Looked up once: the registry's lookup takes two locks, too much for every tunnel.
+const std::shared_ptr<spdlog::logger>& frontend_logger() {
+  static const std::shared_ptr<spdlog::logger> log = core::log::get("server.frontend");
+  return log;
+}
+}  // namespace
+
+GrpcFrontend::GrpcFrontend(Router& router) : router_(router), log_(frontend_logger()) {
   to_agent_listener_.owner = this;
   to_client_listener_.owner = this;
 }

@@ -60,6 +60,12 @@ int status_for_agent_error(const std::string& error) {
   return 502;
 }
 
+// Looked up once: the registry's lookup takes two locks, too much for every connection.
+const std::shared_ptr<spdlog::logger>& connect_logger() {
+  static const std::shared_ptr<spdlog::logger> log = core::log::get("server.http-connect");
+  return log;
+}
+
 int64_t random_dial_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return static_cast<int64_t>(rng() >> 1);  // non-negative, like Go's rand.Int63()
@@ -80,19 +86,19 @@ class ConnectSession : public Frontend,
       : lease_(std::move(lease)),
         stream_(std::move(stream)),
         router_(router),
-        log_(core::log::get("server.http-connect")),
+        log_(connect_logger()),
         peer_(std::move(peer)),
         wake_(stream_.get_executor()),
         resume_(stream_.get_executor()) {}
 
   ~ConnectSession() override {
     if (quiet_) quiet_->stop();
-    router_.metrics().http_connections.Add({}).Decrement();
+    router_.metrics().http_connect.Decrement();
     if (has_slot_) router_.release_frontend();
   }
 
   void start() {
-    router_.metrics().http_connections.Add({}).Increment();
+    router_.metrics().http_connect.Increment();
     has_slot_ = router_.acquire_frontend(peer_);
     asio::co_spawn(stream_.get_executor(), run(this->shared_from_this()), asio::detached);
   }
@@ -712,8 +718,7 @@ class ConnectSession : public Frontend,
 
 // Out of descriptors, most likely: the acceptor tries again a little later.
 void log_accept_error(const std::error_code& ec) {
-  KONN_LOG(core::log::get("server.http-connect"), warn, "http-connect frontend: accept: {}",
-           ec.message());
+  KONN_LOG(connect_logger(), warn, "http-connect frontend: accept: {}", ec.message());
 }
 
 }  // namespace
