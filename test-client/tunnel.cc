@@ -168,11 +168,29 @@ bool Tunnel::write_packet(const Packet& p, Clock::time_point deadline, bool more
   if (write_failed_ || writes_done_) return false;
   grpc::WriteOptions opts;
   if (more) opts.set_buffer_hint();
-  if (!stream_->Write(p, opts)) {
-    write_failed_ = true;
-    return false;
+  bool ok;
+  if (deadline == Clock::time_point::max()) {
+    ok = stream_->Write(p, opts);
+  } else {
+    // A bounded write (close()'s CLOSE_REQ) must not wait out a closed flow-control window:
+    // past the deadline the call is cancelled, which ends the blocked Write.
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread watchdog([&] {
+      std::unique_lock l(m);
+      if (!cv.wait_until(l, deadline, [&] { return done; })) ctx_.TryCancel();
+    });
+    ok = stream_->Write(p, opts);
+    {
+      std::lock_guard l(m);
+      done = true;
+    }
+    cv.notify_one();
+    watchdog.join();
   }
-  return true;
+  if (!ok) write_failed_ = true;
+  return ok;
 }
 
 bool Tunnel::write(std::string_view bytes) {
