@@ -82,6 +82,13 @@ BIO_METHOD* socket_bio_method() {
   return method;
 }
 
+// SSL_get_error reads the thread's error queue, so it must be empty before each call. Clearing
+// it costs about 200 ns (OpenSSL 3 resets all 16 slots); looking costs about 20, and it is
+// nearly always empty: it is cleared only when something is in it.
+void clear_ssl_errors() {
+  if (ERR_peek_error() != 0) ERR_clear_error();
+}
+
 std::error_code last_ssl_error() {
   return {static_cast<int>(ERR_get_error()), asio::error::get_ssl_category()};
 }
@@ -151,14 +158,14 @@ TlsEngine::Want TlsEngine::handshake(bool server, std::error_code& ec) {
     }
     started_ = true;
   }
-  ERR_clear_error();
+  clear_ssl_errors();
   errno = 0;
   const int ret = SSL_do_handshake(ssl_);
   return ret == 1 ? Want::Nothing : want(ret, ec);
 }
 
 TlsEngine::Want TlsEngine::read(char* buf, size_t len, size_t& n, std::error_code& ec) {
-  ERR_clear_error();
+  clear_ssl_errors();
   errno = 0;
   const int ret = SSL_read_ex(ssl_, buf, len, &n);
   if (ret == 1) return Want::Nothing;
@@ -167,7 +174,7 @@ TlsEngine::Want TlsEngine::read(char* buf, size_t len, size_t& n, std::error_cod
 }
 
 TlsEngine::Want TlsEngine::write(const char* buf, size_t len, size_t& n, std::error_code& ec) {
-  ERR_clear_error();
+  clear_ssl_errors();
   errno = 0;
   const int ret = SSL_write_ex(ssl_, buf, len, &n);
   if (ret == 1) return Want::Nothing;
