@@ -1,5 +1,7 @@
 #include "proxy-agent/node_listener.h"
 
+#include <algorithm>
+
 #include "core/log/log_macros.h"
 #include "core/log/rate_limit.h"
 #include "core/net/listener.h"
@@ -59,7 +61,10 @@ void NodeListener::stop() {
 }
 
 void NodeListener::refuse(asio::ip::tcp::socket& s, const std::string& why, size_t limit_slot) {
-  static core::log::RateLimit limit;
+  // One rate limit per reason: refusals for want of a server (while the agent connects) must not
+  // hide the first refusal for a limit that follows within the second, nor the other way round.
+  static core::log::RateLimit limits[AgentStats::kLimits + 1];
+  core::log::RateLimit& limit = limits[std::min<size_t>(limit_slot, AgentStats::kLimits)];
   if (limit_slot < AgentStats::kLimits) {
     stats_->limits_hit[limit_slot].fetch_add(1, std::memory_order_relaxed);
   } else {
