@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <future>
+#include <vector>
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
@@ -125,4 +126,68 @@ TEST_CASE("dial_tcp checks every resolved address and tries only allowed ones", 
     REQUIRE_FALSE(r.ec);
     CHECK(r.socket.remote_endpoint().address().is_v4());
   }
+}
+
+TEST_CASE("begin_connect to a listener on this host is connected when it returns", "[net]") {
+  asio::io_context ctx;
+  auto acceptor = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
+  asio::ip::tcp::socket s(ctx);
+  REQUIRE_FALSE(konn::core::net::begin_connect(s, acceptor.local_endpoint()));
+  CHECK(s.remote_endpoint().port() == acceptor.local_endpoint().port());
+  asio::ip::tcp::no_delay nd;
+  s.get_option(nd);
+  CHECK(nd.value());
+  CHECK(s.non_blocking());
+  asio::ip::tcp::socket peer(ctx);
+  acceptor.accept(peer);
+  CHECK(peer.remote_endpoint() == s.local_endpoint());
+}
+
+TEST_CASE("begin_connect to a closed port on this host reports the refusal at once", "[net]") {
+  asio::io_context ctx;
+  asio::ip::tcp::endpoint closed;
+  {
+    auto a = konn::core::net::listen_tcp(ctx, "127.0.0.1", 0);
+    closed = a.local_endpoint();
+  }
+  asio::ip::tcp::socket s(ctx);
+  CHECK(konn::core::net::begin_connect(s, closed) == asio::error::connection_refused);
+}
+
+TEST_CASE("begin_connect to a destination still in its handshake leaves the wait to the caller",
+          "[net]") {
+  // A listener whose accept queue is full drops SYNs, so a connect to it stays in SYN_SENT until
+  // the queue has room and the SYN is sent again (after about a second).
+  asio::io_context ctx;
+  asio::ip::tcp::acceptor acceptor(ctx, asio::ip::tcp::v4());
+  acceptor.bind({asio::ip::make_address("127.0.0.1"), 0});
+  acceptor.listen(0);
+  std::vector<asio::ip::tcp::socket> queued;
+  asio::ip::tcp::socket pending(ctx);
+  for (int i = 0; i < 16; ++i) {
+    asio::ip::tcp::socket s(ctx);
+    std::error_code ec = konn::core::net::begin_connect(s, acceptor.local_endpoint());
+    if (ec == asio::error::in_progress) {
+      pending = std::move(s);
+      break;
+    }
+    REQUIRE_FALSE(ec);
+    queued.push_back(std::move(s));
+  }
+  REQUIRE(pending.is_open());
+  for (size_t i = 0; i < queued.size(); ++i) {
+    asio::ip::tcp::socket drained(ctx);
+    acceptor.accept(drained);
+  }
+  std::error_code waited = asio::error::timed_out;
+  pending.async_wait(asio::socket_base::wait_write, [&](std::error_code ec) { waited = ec; });
+  ctx.run_for(10s);
+  REQUIRE_FALSE(waited);
+  CHECK_FALSE(konn::core::net::end_connect(pending));
+  asio::ip::tcp::no_delay nd;
+  pending.get_option(nd);
+  CHECK(nd.value());
+  asio::ip::tcp::socket peer(ctx);
+  acceptor.accept(peer);
+  CHECK(peer.remote_endpoint() == pending.local_endpoint());
 }
