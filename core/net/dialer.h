@@ -43,7 +43,7 @@ std::optional<asio::ip::tcp::endpoint> literal_endpoint(const std::string& addre
 // A connect without a coroutine, for a caller that keeps the state of its dial itself (the agent
 // dials once per tunnel: no coroutine frame, no parallel group, no poll(2)). begin_connect()
 // opens `socket` (closed, non-blocking from then on) and connects it to `to`: no error means
-// connected (TCP_NODELAY set), which a destination on the same host always is by the time it
+// connected (TCP_NODELAY set), which a destination on loopback is, as a rule, by the time it
 // returns; asio::error::in_progress means wait until the socket is writable and then ask
 // end_connect(), which gives the outcome and sets TCP_NODELAY on success. Any other error is the
 // connect's own (a refusal from the same host comes back here, not after a wait).
