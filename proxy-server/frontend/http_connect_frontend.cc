@@ -19,6 +19,7 @@
 #include "core/net/listener.h"
 #include "core/relay/write_role.h"
 #include "core/tunnel/credit.h"
+#include "core/tunnel/deadlines.h"
 #include "core/tunnel/packet.h"
 #include "core/tunnel/quiet_timer.h"
 #include "core/tunnel/socket_reader.h"
@@ -92,6 +93,7 @@ class ConnectSession : public Frontend,
         resume_(stream_.get_executor()) {}
 
   ~ConnectSession() override {
+    router_.deadlines().cancel(close_deadline_);
     if (quiet_) quiet_->stop();
     router_.metrics().http_connect.Decrement();
     if (has_slot_) router_.release_frontend();
@@ -103,10 +105,23 @@ class ConnectSession : public Frontend,
     asio::co_spawn(stream_.get_executor(), run(this->shared_from_this()), asio::detached);
   }
 
+  // Runs `fn` now when called on this connection's thread, else posts it there.
+  template <typename Fn>
+  void run_here(Fn&& fn) {
+    const auto* own = stream_.get_executor().template target<asio::io_context::executor_type>();
+    if (own && own->running_in_this_thread()) {
+      fn();
+      return;
+    }
+    asio::post(stream_.get_executor(), std::forward<Fn>(fn));
+  }
+
   // --- Frontend (gRPC threads) ---
   bool deliver_dial_response(Packet&& p) override {
     if (!dialing_.exchange(false)) return false;  // gave up already
-    asio::post(stream_.get_executor(), [self = this->shared_from_this(), p = std::move(p)]() {
+    // On this connection's thread (the acceptor placed it beside the agent connection) the answer
+    // is taken inline: it only records the result and wakes the dial's coroutine.
+    run_here([self = this->shared_from_this(), p = std::move(p)]() {
       self->dial_result_ = p.dialresponse();
       self->dial_answered_ = true;
       if (self->dial_result_.error().empty()) {
@@ -225,24 +240,43 @@ class ConnectSession : public Frontend,
     co_return true;
   }
 
+  // `fn` runs on this connection's executor once `delay` has passed, unless the returned id is
+  // cancelled first (router_.deadlines().cancel). The router's shared deadlines, not a timer of
+  // this connection: these deadlines (the request head's, the close request's) are nearly always
+  // cancelled, and arming or cancelling one then costs neither a timerfd_settime nor a posted
+  // cancellation. The callback holds the session weakly: the coroutine or the backend's
+  // connection table keeps it while a deadline matters.
+  template <typename Fn>
+  core::tunnel::Deadlines::Id arm_deadline(std::chrono::nanoseconds delay, Fn fn) {
+    std::weak_ptr<ConnectSession> weak = this->shared_from_this();
+    return router_.deadlines().arm(
+        std::chrono::duration_cast<core::tunnel::Deadlines::Clock::duration>(delay),
+        [weak, ex = stream_.get_executor(), fn = std::move(fn)] {
+          asio::post(ex, [weak, fn] {
+            if (auto self = weak.lock()) fn(*self);
+          });
+        });
+  }
+
   // read_head()'s bound (--http-connect-header-timeout), armed for the life of this object.
   struct HeadDeadline {
-    explicit HeadDeadline(ConnectSession& s) : session(s) {
-      session.wake_.expires_after(session.router_.options().http_connect_header_timeout);
-      session.wake_.async_wait([self = session.shared_from_this()](std::error_code ec) {
-        if (ec || self->head_done_) return;
-        self->head_timed_out_ = true;
-        std::error_code ignored;
-        lowest(self->stream_).cancel(ignored);
-      });
-    }
+    explicit HeadDeadline(ConnectSession& s)
+        : session(s),
+          id(s.arm_deadline(s.router_.options().http_connect_header_timeout,
+                            [](ConnectSession& self) {
+                              if (self.head_done_) return;
+                              self.head_timed_out_ = true;
+                              std::error_code ignored;
+                              lowest(self.stream_).cancel(ignored);
+                            })) {}
     ~HeadDeadline() {
       session.head_done_ = true;
-      session.wake_.cancel();
+      session.router_.deadlines().cancel(id);
     }
     HeadDeadline(const HeadDeadline&) = delete;
     HeadDeadline& operator=(const HeadDeadline&) = delete;
     ConnectSession& session;
+    core::tunnel::Deadlines::Id id;
   };
 
   struct ConnectHead {
@@ -259,8 +293,8 @@ class ConnectSession : public Frontend,
                                    static_cast<size_t>(options.http_connect_max_header_bytes));
     std::string buf(4 * 1024, '\0');  // a request head is a few hundred bytes
     {
-      // The deadline cancels the socket's read (wake_ is free until the dial). Not a race of the
-      // read and a timer: that would be a coroutine for each, and a parallel group, per request.
+      // The deadline cancels the socket's read. Not a race of the read and a timer: that would
+      // be a coroutine for each, and a parallel group, per request.
       HeadDeadline deadline(*this);
       for (;;) {
         auto [ec, n] = co_await stream_.async_read_some(asio::buffer(buf), use_nothrow);
@@ -531,9 +565,9 @@ class ConnectSession : public Frontend,
     if (closed_ || closing_) return;
     closing_ = true;
     backend_->send(make_close_request(connect_id_));
-    close_timer_ = std::make_unique<asio::steady_timer>(stream_.get_executor(), kCloseWait);
-    close_timer_->async_wait([self = this->shared_from_this()](std::error_code ec) {
-      if (!ec) self->close_tunnel("agent did not answer the close request", false);
+    close_deadline_ = arm_deadline(kCloseWait, [](ConnectSession& self) {
+      self.close_deadline_ = 0;
+      self.close_tunnel("agent did not answer the close request", false);
     });
   }
 
@@ -645,7 +679,7 @@ class ConnectSession : public Frontend,
     if (socket_done_) return;
     socket_done_ = true;
     if constexpr (!kTls) write_role_.close();  // before the descriptor can be closed and reused
-    if (close_timer_) close_timer_->cancel();
+    router_.deadlines().cancel(close_deadline_);
     if (quiet_) quiet_->stop();
     if (half_counted_) router_.metrics().half_closed.Decrement();
     half_counted_ = false;
@@ -668,11 +702,11 @@ class ConnectSession : public Frontend,
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
   std::string peer_;
-  asio::steady_timer wake_;    // the request head's deadline, then the dial's answer or timeout
+  asio::steady_timer wake_;    // the dial's answer or timeout
   bool head_done_ = false;      // read_head() ended: its deadline is void
   bool head_timed_out_ = false;  // the deadline cancelled read_head()'s read
   asio::steady_timer resume_;  // reader backpressure
-  std::unique_ptr<asio::steady_timer> close_timer_;
+  core::tunnel::Deadlines::Id close_deadline_ = 0;  // client_eof()'s wait for CLOSE_RSP
   // Half-close and idle bounds (--half-close-timeout, --tunnel-idle-timeout); only on tunnels
   // that can half-close or when the idle limit is set. Set before the dial, then never changed.
   std::unique_ptr<core::tunnel::QuietTimer> quiet_;

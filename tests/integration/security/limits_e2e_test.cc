@@ -397,3 +397,42 @@ TEST_CASE("bad input: an agent reusing an open connectID has that dial refused",
   a.reset();
   CHECK(eventually([&] { return s.metric(kServer + "established_connections") == 0; }, 3s));
 }
+
+// reliability: proxy-server | agent that never answers the CLOSE_REQ of a CONNECT tunnel the
+// reliability+: client closed | the client's connection closed after 10 s | debug "http-connect
+// reliability+: tunnel closed: agent did not answer the close request" | server, agent stream
+TEST_CASE("limits: a CONNECT tunnel whose agent never answers CLOSE_REQ is closed after 10 s",
+          "[e2e][limits]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  FleetServer s(certs, "close-wait", {"--mode=http-connect"});
+  s.start();
+  FakeAgent a(s.agent_port(), certs, {});  // no konn-half-close: the client's EOF closes
+  REQUIRE(a.wait_connected(10s));
+  REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 10s));
+  UnixConnectClient c;
+  REQUIRE(c.open(s.uds_path()));
+  REQUIRE(c.send("CONNECT 10.1.1.1:80 HTTP/1.1\r\nHost: 10.1.1.1:80\r\n\r\n"));
+  auto req = a.next(DIAL_REQ, 10s);
+  REQUIRE(req);
+  REQUIRE(a.send(make_dial_response(req->dialrequest().random(), 9)));
+  CHECK(c.read_head(10s).rfind("HTTP/1.1 200", 0) == 0);
+  REQUIRE(eventually([&] { return s.metric(kServer + "established_connections") == 1; }, 10s));
+
+  c.socket().shutdown(asio::socket_base::shutdown_send);  // the client's EOF, and no answer
+  auto close_req = a.next(CLOSE_REQ, 10s);
+  REQUIRE(close_req);
+  CHECK(close_req->closerequest().connectid() == 9);
+  auto asked = std::chrono::steady_clock::now();
+  CHECK(c.closed_within(20s));
+  auto waited = std::chrono::steady_clock::now() - asked;
+  CHECK(waited > 9s);
+  CHECK(waited < 15s);
+  CHECK(eventually([&] { return s.metric(kServer + "established_connections") == 0; }, 3s));
+  // The agent stream was not blamed: the next CONNECT is dialled on it.
+  UnixConnectClient next;
+  REQUIRE(next.open(s.uds_path()));
+  REQUIRE(next.send("CONNECT 10.1.1.1:81 HTTP/1.1\r\nHost: 10.1.1.1:81\r\n\r\n"));
+  CHECK(a.next(DIAL_REQ, 10s));
+  CHECK(s.process().running());
+}
