@@ -108,12 +108,14 @@ class ConnectSession : public Frontend,
   // Runs `fn` now when called on this connection's thread, else posts it there.
   template <typename Fn>
   void run_here(Fn&& fn) {
-    const auto* own = stream_.get_executor().template target<asio::io_context::executor_type>();
+    // target() points into `ex`, which must outlive the pointer.
+    const auto ex = stream_.get_executor();
+    const auto* own = ex.template target<asio::io_context::executor_type>();
     if (own && own->running_in_this_thread()) {
       fn();
       return;
     }
-    asio::post(stream_.get_executor(), std::forward<Fn>(fn));
+    asio::post(ex, std::forward<Fn>(fn));
   }
 
   // --- Frontend (gRPC threads) ---
