@@ -173,6 +173,31 @@ TEST_CASE("h2 server: invalid request headers reset that stream only", "[h2][bad
   CHECK(rec.snapshot()[0].ok());
 }
 
+TEST_CASE("h2 server: the longest grpc-timeout a client can write leaves the call open",
+          "[h2][bad-peer]") {
+  // "99999999H" is 11 000 years: as nanoseconds it does not fit a steady_clock duration, and the
+  // call must not end at once with DEADLINE_EXCEEDED (found by h2_connection_fuzz).
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  peer.write(frame(kHeaders, kEndHeaders, 1,
+                   grpc_request_block("/AgentService/Connect") +
+                       hpack_literal("grpc-timeout", "99999999H")));
+  peer.write(frame(kData, 0, 1, grpc_frame("ok")));
+  auto headers = peer.read_until(kHeaders);
+  REQUIRE(headers);
+  CHECK(headers->flags == kEndHeaders);  // response headers, not trailers
+  auto data = peer.read_until(kData);
+  REQUIRE(data);
+  CHECK(data->payload == grpc_frame("ok"));
+  std::this_thread::sleep_for(50ms);
+  CHECK(rec.snapshot().empty());
+  peer.write(frame(kData, kEndStream, 1, ""));
+  REQUIRE(rec.wait(1));
+  CHECK(rec.snapshot()[0].ok());
+}
+
 TEST_CASE("h2 server: a request that is not gRPC gets an HTTP error", "[h2][bad-peer]") {
   Recorder rec;
   H2Server server(Kind::Tcp, rec.handler());

@@ -85,28 +85,39 @@ std::string percent_decode(std::string_view s) {
 }
 
 // "1000m", "5S": at most 8 digits and a unit (gRPC's grpc-timeout).
+// The longest timeout a call is given: eight digits of hours (11 000 years) would overflow a
+// steady_clock time point in nanoseconds, and a timer armed with it would fire at once.
+constexpr uint64_t kMaxTimeoutMs = uint64_t{100} * 365 * 24 * 3600 * 1000;  // 100 years
+
 std::optional<std::chrono::milliseconds> parse_grpc_timeout(std::string_view v) {
   if (v.size() < 2 || v.size() > 9) return std::nullopt;
-  uint64_t n = 0;
+  uint64_t n = 0;  // at most 8 digits: n * 3 600 000 fits
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size() - 1, n);
   if (ec != std::errc() || end != v.data() + v.size() - 1) return std::nullopt;
-  using std::chrono::milliseconds;
+  uint64_t ms = 0;
   switch (v.back()) {
     case 'H':
-      return milliseconds(n * 3600 * 1000);
+      ms = n * 3600 * 1000;
+      break;
     case 'M':
-      return milliseconds(n * 60 * 1000);
+      ms = n * 60 * 1000;
+      break;
     case 'S':
-      return milliseconds(n * 1000);
+      ms = n * 1000;
+      break;
     case 'm':
-      return milliseconds(n);
+      ms = n;
+      break;
     case 'u':
-      return milliseconds((n + 999) / 1000);
+      ms = (n + 999) / 1000;
+      break;
     case 'n':
-      return milliseconds((n + 999999) / 1000000);
+      ms = (n + 999999) / 1000000;
+      break;
     default:
       return std::nullopt;
   }
+  return std::chrono::milliseconds(std::min(ms, kMaxTimeoutMs));
 }
 
 std::string format_grpc_timeout(std::chrono::milliseconds t) {
@@ -787,7 +798,8 @@ std::shared_ptr<Stream> Connection::start_call(const std::string& path, const Me
 }
 
 void Connection::arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::milliseconds timeout) {
-  s->deadline_ = std::make_unique<asio::steady_timer>(executor_, timeout);
+  s->deadline_ = std::make_unique<asio::steady_timer>(
+      executor_, std::min(timeout, std::chrono::milliseconds(kMaxTimeoutMs)));
   s->deadline_->async_wait([weak = std::weak_ptr<Stream>(s)](std::error_code ec) {
     auto stream = weak.lock();
     if (ec || !stream || stream->ended_ || stream->conn_ == nullptr) return;
