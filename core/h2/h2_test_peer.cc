@@ -218,15 +218,31 @@ std::string frame_header(uint8_t type, uint8_t flags, uint32_t stream_id, uint32
                      static_cast<char>(stream_id)};
 }
 
-std::string frame(uint8_t type, uint8_t flags, uint32_t stream_id, const std::string& payload) {
-  return frame_header(type, flags, stream_id, static_cast<uint32_t>(payload.size())) + payload;
+std::string frame(uint8_t type, uint8_t flags, uint32_t stream_id, std::string_view payload) {
+  return frame_header(type, flags, stream_id, static_cast<uint32_t>(payload.size()))
+      .append(payload);
 }
 
-std::string hpack_literal(const std::string& name, const std::string& value) {
+namespace {
+
+// An HPACK string length: an integer with a 7-bit prefix, no Huffman (RFC 7541 5.1, 5.2).
+void hpack_length(std::string& out, size_t v) {
+  if (v < 127) {
+    out += static_cast<char>(v);
+    return;
+  }
+  out += '\x7f';
+  for (v -= 127; v >= 128; v /= 128) out += static_cast<char>(v % 128 + 128);
+  out += static_cast<char>(v);
+}
+
+}  // namespace
+
+std::string hpack_literal(std::string_view name, std::string_view value) {
   std::string out(1, '\0');
-  out += static_cast<char>(name.size());
+  hpack_length(out, name.size());
   out += name;
-  out += static_cast<char>(value.size());
+  hpack_length(out, value.size());
   out += value;
   return out;
 }

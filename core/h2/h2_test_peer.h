@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -134,11 +135,11 @@ class ClientCall {
 };
 
 // Raw HTTP/2 bytes for peers that misbehave.
-std::string frame(uint8_t type, uint8_t flags, uint32_t stream_id, const std::string& payload);
+std::string frame(uint8_t type, uint8_t flags, uint32_t stream_id, std::string_view payload);
 std::string frame_header(uint8_t type, uint8_t flags, uint32_t stream_id, uint32_t length);
 inline constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-// HPACK: a literal header without indexing, new name (lengths < 127).
-std::string hpack_literal(const std::string& name, const std::string& value);
+// HPACK: a literal header without indexing, new name, no Huffman.
+std::string hpack_literal(std::string_view name, std::string_view value);
 // A valid gRPC request header block for `path` (HPACK, no Huffman).
 std::string grpc_request_block(const std::string& path);
 
