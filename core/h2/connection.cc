@@ -84,11 +84,11 @@ std::string percent_decode(std::string_view s) {
   return out;
 }
 
-// "1000m", "5S": at most 8 digits and a unit (gRPC's grpc-timeout).
 // The longest timeout a call is given: eight digits of hours (11 000 years) would overflow a
 // steady_clock time point in nanoseconds, and a timer armed with it would fire at once.
 constexpr uint64_t kMaxTimeoutMs = uint64_t{100} * 365 * 24 * 3600 * 1000;  // 100 years
 
+// "1000m", "5S": at most 8 digits and a unit (gRPC's grpc-timeout), capped at kMaxTimeoutMs.
 std::optional<std::chrono::milliseconds> parse_grpc_timeout(std::string_view v) {
   if (v.size() < 2 || v.size() > 9) return std::nullopt;
   uint64_t n = 0;  // at most 8 digits: n * 3 600 000 fits
