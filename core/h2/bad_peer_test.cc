@@ -37,11 +37,6 @@ uint32_t u32(const std::string& s, size_t at) {
   return b(0) << 24 | b(1) << 16 | b(2) << 8 | b(3);
 }
 
-std::string be32(uint32_t v) {
-  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-          static_cast<char>(v)};
-}
-
 // An echo service that records how its streams ended.
 struct Recorder {
   std::mutex mu;
@@ -181,9 +176,9 @@ TEST_CASE("h2 server: the longest grpc-timeout a client can write leaves the cal
   H2Server server(Kind::Tcp, rec.handler());
   RawPeer peer(server.port());
   handshake(peer);
-  peer.write(frame(kHeaders, kEndHeaders, 1,
-                   grpc_request_block("/AgentService/Connect") +
-                       hpack_literal("grpc-timeout", "99999999H")));
+  peer.write(frame(
+      kHeaders, kEndHeaders, 1,
+      grpc_request_block("/AgentService/Connect") + hpack_literal("grpc-timeout", "99999999H")));
   peer.write(frame(kData, 0, 1, grpc_frame("ok")));
   auto headers = peer.read_until(kHeaders);
   REQUIRE(headers);

@@ -258,6 +258,25 @@ std::string grpc_request_block(const std::string& path) {
   return b;
 }
 
+std::string be32(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+          static_cast<char>(v)};
+}
+
+std::vector<FrameHead> frames_of(std::string_view w) {
+  std::vector<FrameHead> out;
+  for (size_t i = 0; i + 9 <= w.size();) {
+    const auto* p = reinterpret_cast<const uint8_t*>(w.data() + i);
+    FrameHead f{
+        p[3], p[4],
+        (uint32_t{p[5]} << 24 | uint32_t{p[6]} << 16 | uint32_t{p[7]} << 8 | p[8]) & 0x7fffffffu,
+        size_t{p[0]} << 16 | size_t{p[1]} << 8 | p[2]};
+    out.push_back(f);
+    i += 9 + f.length;
+  }
+  return out;
+}
+
 RawPeer::RawPeer(uint16_t port) : socket_(ctx_) {
   socket_.connect({asio::ip::make_address("127.0.0.1"), port});
 }

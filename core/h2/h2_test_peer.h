@@ -142,6 +142,19 @@ inline constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 std::string hpack_literal(std::string_view name, std::string_view value);
 // A valid gRPC request header block for `path` (HPACK, no Huffman).
 std::string grpc_request_block(const std::string& path);
+// A 32-bit field in network order (an error code, a window increment, a stream id).
+std::string be32(uint32_t v);
+
+// The 9-byte head of one frame.
+struct FrameHead {
+  uint8_t type;
+  uint8_t flags;
+  uint32_t stream_id;
+  size_t length;
+};
+// The frames of one write, in order; a last frame cut short is listed with its whole length (so
+// the lengths add up to more than the write).
+std::vector<FrameHead> frames_of(std::string_view w);
 
 // A frame read off a raw socket.
 struct RawFrame {

@@ -62,28 +62,6 @@ class RecordingTransport final : public Transport {
   std::vector<std::string> writes_;
 };
 
-struct FrameHead {
-  uint8_t type;
-  uint8_t flags;
-  uint32_t stream_id;
-  size_t length;
-};
-
-// The frames of one write, in order (a write holds whole frames).
-std::vector<FrameHead> frames_of(const std::string& w) {
-  std::vector<FrameHead> out;
-  for (size_t i = 0; i + 9 <= w.size();) {
-    const auto* p = reinterpret_cast<const uint8_t*>(w.data() + i);
-    FrameHead f{
-        p[3], p[4],
-        (uint32_t{p[5]} << 24 | uint32_t{p[6]} << 16 | uint32_t{p[7]} << 8 | p[8]) & 0x7fffffffu,
-        size_t{p[0]} << 16 | size_t{p[1]} << 8 | p[2]};
-    out.push_back(f);
-    i += 9 + f.length;
-  }
-  return out;
-}
-
 bool is_frame(const FrameHead& f, uint8_t type, uint8_t flags) {
   return f.type == type && (f.flags & flags) == flags;
 }

@@ -49,6 +49,7 @@
 #include "tests/fuzz/fuzz_input.h"
 
 namespace h2 = konn::core::h2;
+using konn::core::h2::testing::be32;
 using konn::core::h2::testing::frame;
 using konn::core::h2::testing::hpack_literal;
 using konn::fuzz::FuzzInput;
@@ -126,18 +127,15 @@ class MemoryTransport final : public h2::Transport {
         rest.remove_prefix(kClientPreface.size());
       }
     }
-    while (!rest.empty()) {
-      KONN_FUZZ_CHECK(rest.size() >= kFrameHeader);
-      const auto* p = reinterpret_cast<const uint8_t*>(rest.data());
-      const size_t len = size_t{p[0]} << 16 | size_t{p[1]} << 8 | p[2];
-      const uint8_t type = p[3];
-      KONN_FUZZ_CHECK(len <= kDefaultMaxFrame);
-      KONN_FUZZ_CHECK(rest.size() >= kFrameHeader + len);  // a write ends on a frame boundary
-      if (frames_ == 0) KONN_FUZZ_CHECK(type == 0x4);      // SETTINGS comes first
-      KONN_FUZZ_CHECK(type != 0x5);                        // never PUSH_PROMISE
+    size_t whole = 0;
+    for (const auto& f : h2::testing::frames_of(rest)) {
+      KONN_FUZZ_CHECK(f.length <= kDefaultMaxFrame);
+      if (frames_ == 0) KONN_FUZZ_CHECK(f.type == 0x4);  // SETTINGS comes first
+      KONN_FUZZ_CHECK(f.type != 0x5);                    // never PUSH_PROMISE
       ++frames_;
-      rest.remove_prefix(kFrameHeader + len);
+      whole += kFrameHeader + f.length;
     }
+    KONN_FUZZ_CHECK(whole == rest.size());  // a write ends on a frame boundary
   }
 
   asio::io_context& ctx_;
@@ -151,12 +149,6 @@ class MemoryTransport final : public h2::Transport {
 };
 
 // --- Frames the peer sends -------------------------------------------------------------------
-
-std::string u32(uint32_t v) {
-  std::string s(4, '\0');
-  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>(v >> (24 - 8 * i) & 0xff);
-  return s;
-}
 
 // Stream ids: mostly the odd ones a client opens, sometimes 0 or an even one.
 uint32_t stream_id(FuzzInput& in) {
@@ -257,7 +249,7 @@ std::string data_frame(FuzzInput& in, uint32_t sid) {
     if (bits & 0x10) len = in.u16();                 // a prefix that lies
     if (bits & 0x80) len = 0x7fffffff;               // over every limit
     payload.push_back((bits & 0x20) ? '\1' : '\0');  // compressed flag
-    payload += u32(len);
+    payload += be32(len);
     payload += m;
   }
   uint8_t flags = (bits & 4) ? 0x1 : 0;  // END_STREAM
@@ -288,7 +280,7 @@ std::string settings_frame(FuzzInput& in) {
     p.push_back(static_cast<char>(id & 0xff));
     uint32_t v = in.u16();
     if (in.flag()) v <<= 8;
-    p += u32(v);
+    p += be32(v);
   }
   return frame(0x4, 0, 0, p);
 }
@@ -569,17 +561,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint32_t sid = in.flag() ? 0 : stream_id(in);
         uint32_t inc = in.u16();
         if (in.flag()) inc = 0x7fffffff;
-        queued += frame(0x8, 0, sid, u32(inc));
+        queued += frame(0x8, 0, sid, be32(inc));
         break;
       }
       case 7: {  // RST_STREAM
         const uint32_t sid = stream_id(in);
-        queued += frame(0x3, 0, sid, u32(in.pick(14)));
+        queued += frame(0x3, 0, sid, be32(in.pick(14)));
         break;
       }
       case 8: {  // GOAWAY
-        std::string p = u32(in.byte());
-        p += u32(in.pick(14));
+        std::string p = be32(in.byte());
+        p += be32(in.pick(14));
         queued += frame(0x7, 0, 0, p);
         break;
       }
