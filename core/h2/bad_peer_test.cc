@@ -41,6 +41,7 @@ uint32_t u32(const std::string& s, size_t at) {
 struct Recorder {
   std::mutex mu;
   std::vector<GrpcStatus> ends;
+  std::vector<std::string> authorities;
   std::vector<GrpcStatus> snapshot() {
     std::lock_guard lock(mu);
     return ends;
@@ -53,7 +54,11 @@ struct Recorder {
     return false;
   }
   Connection::CallHandler handler() {
-    return [this](const std::shared_ptr<Stream>& s, const CallInfo&) {
+    return [this](const std::shared_ptr<Stream>& s, const CallInfo& info) {
+      {
+        std::lock_guard lock(mu);
+        authorities.push_back(info.authority);
+      }
       std::weak_ptr<Stream> w = s;
       StreamCallbacks cb;
       cb.on_message = [w](std::string&& m) {
@@ -147,6 +152,37 @@ TEST_CASE("h2 server: invalid request headers reset that stream only", "[h2][bad
                      std::string("\x83\x86") + hpack_literal(":authority", "x") +
                          hpack_literal("content-type", "application/grpc")));
   }
+  SECTION("CR LF in :authority") {
+    peer.write(frame(kHeaders, kEndHeaders, 1,
+                     grpc_request_block("/AgentService/Connect", "a\r\nx-injected: 1")));
+  }
+  SECTION("NUL in a header value") {
+    peer.write(frame(kHeaders, kEndHeaders, 1,
+                     grpc_request_block("/AgentService/Connect") +
+                         hpack_literal("agentid", std::string("a\0b", 3))));
+  }
+  SECTION("LF in a header name") {
+    peer.write(frame(kHeaders, kEndHeaders, 1,
+                     grpc_request_block("/AgentService/Connect") + hpack_literal("a\nb", "1")));
+  }
+  SECTION("te other than trailers") {
+    peer.write(frame(kHeaders, kEndHeaders, 1,
+                     std::string("\x83\x86") + hpack_literal(":path", "/AgentService/Connect") +
+                         hpack_literal(":authority", "x") + hpack_literal("te", "gzip")));
+  }
+  SECTION("transfer-encoding") {
+    peer.write(frame(kHeaders, kEndHeaders, 1,
+                     grpc_request_block("/AgentService/Connect") +
+                         hpack_literal("transfer-encoding", "chunked")));
+  }
+  SECTION("a pseudo-header after a regular one") {
+    peer.write(frame(kHeaders, kEndHeaders, 1,
+                     grpc_request_block("/AgentService/Connect") + hpack_literal(":path", "/x")));
+  }
+  SECTION("an unknown pseudo-header") {
+    peer.write(frame(kHeaders, kEndHeaders, 1,
+                     hpack_literal(":foo", "1") + grpc_request_block("/AgentService/Connect")));
+  }
   auto rst = peer.read_until(kRstStream);
   REQUIRE(rst);
   CHECK(rst->stream_id == 1);
@@ -166,6 +202,109 @@ TEST_CASE("h2 server: invalid request headers reset that stream only", "[h2][bad
   CHECK(data->payload == grpc_frame("ok"));
   REQUIRE(rec.wait(1));
   CHECK(rec.snapshot()[0].ok());
+}
+
+TEST_CASE("h2 server: every :authority a gRPC client may send is accepted", "[h2][bad-peer]") {
+  // kube-apiserver 1.20's grpc-go (1.27) sends the unix socket path it dialled; others send
+  // localhost, host:port, nothing, or a percent-encoded target.
+  const std::string authority =
+      GENERATE(std::string("/etc/kubernetes/konnectivity-server/konnectivity-server.socket"),
+               std::string("localhost"), std::string("127.0.0.1:8090"), std::string("[::1]:8131"),
+               std::string(""), std::string("%2Frun%2Fkonn%20server.sock"),
+               std::string("unix:///tmp/konn.sock"));
+  CAPTURE(authority);
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  peer.write(frame(kHeaders, kEndHeaders, 1,
+                   grpc_request_block("/AgentService/Connect", authority)));
+  peer.write(frame(kData, kEndStream, 1, grpc_frame("ok")));
+  auto headers = peer.read_until(kHeaders);
+  REQUIRE(headers);
+  CHECK(konn::core::h2::find_metadata(peer.decode_headers(*headers), ":status") == "200");
+  auto data = peer.read_until(kData);
+  REQUIRE(data);
+  CHECK(data->payload == grpc_frame("ok"));
+  REQUIRE(rec.wait(1));
+  CHECK(rec.snapshot()[0].ok());
+  std::lock_guard lock(rec.mu);
+  CHECK(rec.authorities == std::vector<std::string>{authority});
+}
+
+TEST_CASE("h2 server: a pseudo-header in trailers resets the stream", "[h2][bad-peer]") {
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  peer.write(frame(kHeaders, kEndHeaders, 1, grpc_request_block("/AgentService/Connect")));
+  peer.write(frame(kHeaders, kEndHeaders | kEndStream, 1, hpack_literal(":path", "/x")));
+  auto rst = peer.read_until(kRstStream);
+  REQUIRE(rst);
+  CHECK(rst->stream_id == 1);
+  CHECK(u32(rst->payload, 0) == 0x1);  // PROTOCOL_ERROR
+  REQUIRE(rec.wait(1));
+  CHECK(rec.snapshot()[0].code == konn::core::h2::grpc_code::kInternal);
+}
+
+TEST_CASE("h2 server: trailers without END_STREAM reset the stream", "[h2][bad-peer]") {
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  peer.write(frame(kHeaders, kEndHeaders, 1, grpc_request_block("/AgentService/Connect")));
+  peer.write(frame(kHeaders, kEndHeaders, 1, hpack_literal("x-trailer", "1")));
+  auto rst = peer.read_until(kRstStream);
+  REQUIRE(rst);
+  CHECK(rst->stream_id == 1);
+  CHECK(u32(rst->payload, 0) == 0x1);  // PROTOCOL_ERROR
+}
+
+TEST_CASE("h2 server: HEADERS on a stream id below an earlier one is a PROTOCOL_ERROR GOAWAY",
+          "[h2][bad-peer]") {
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  peer.write(frame(kHeaders, kEndHeaders, 5, grpc_request_block("/AgentService/Connect")));
+  peer.write(frame(kHeaders, kEndHeaders, 3, grpc_request_block("/AgentService/Connect")));
+  auto goaway = peer.read_until(kGoaway);
+  REQUIRE(goaway);
+  CHECK(u32(goaway->payload, 4) == 0x1);  // PROTOCOL_ERROR
+  CHECK(peer.wait_eof());
+  CHECK(has_reason(server, "below the client's stream 5"));
+}
+
+TEST_CASE("h2 server: the rest of a request answered with an HTTP error is still checked",
+          "[h2][bad-peer]") {
+  // A request that is not gRPC is answered at once (415) but not reset, so what the client sends
+  // next gets the same error whether or not it arrived in the same read as the request.
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  const std::string post = std::string("\x83\x86") + hpack_literal(":path", "/") +
+                           hpack_literal(":authority", "x");
+  SECTION("a content-length the DATA does not match") {
+    peer.write(frame(kHeaders, kEndHeaders, 1, post + hpack_literal("content-length", "1")));
+    auto h = peer.read_until(kHeaders);
+    REQUIRE(h);
+    CHECK(konn::core::h2::find_metadata(peer.decode_headers(*h), ":status") == "415");
+    std::this_thread::sleep_for(20ms);  // the answer went out before the rest arrives
+    peer.write(frame(kData, kEndStream, 1, "too long"));
+  }
+  SECTION("a second header block without END_STREAM") {
+    peer.write(frame(kHeaders, kEndHeaders, 1, post));
+    auto h = peer.read_until(kHeaders);
+    REQUIRE(h);
+    std::this_thread::sleep_for(20ms);
+    peer.write(frame(kHeaders, kEndHeaders, 1, hpack_literal("x-trailer", "1")));
+  }
+  auto rst = peer.read_until(kRstStream);
+  REQUIRE(rst);
+  CHECK(rst->stream_id == 1);
+  CHECK(u32(rst->payload, 0) == 0x1);  // PROTOCOL_ERROR
+  CHECK(rec.snapshot().empty());
 }
 
 TEST_CASE("h2 server: the longest grpc-timeout a client can write leaves the call open",

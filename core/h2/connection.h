@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -17,6 +18,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "core/h2/grpc_framing.h"
+#include "core/h2/header_check.h"
 #include "core/h2/transport.h"
 
 struct nghttp2_session;
@@ -178,6 +180,14 @@ class Stream {
   std::optional<GrpcStatus> trailer_status_;
   int http_status_ = 0;
   Metadata headers_in_;          // the header block being received (server: then response metadata)
+  HeaderBlockCheck check_;       // the block being received (header_check.h)
+  // Server: the request's content-length, and the DATA bytes received (they must match).
+  std::optional<uint64_t> content_length_;
+  uint64_t data_received_ = 0;
+  // Server: refused with an HTTP error before it was read (not gRPC); the rest of the request is
+  // read and dropped rather than reset, so its frames are still checked.
+  bool rejected_ = false;
+  bool malformed_ = false;  // reset for breaking HTTP/2's rules: nothing more is read
   Metadata trailers_in_;         // client: the trailing metadata
   bool trailers_ready_ = false;  // client: trailers with END_STREAM arrived
   bool h2_closed_ = false;       // nghttp2 closed the stream (window bookkeeping ends)
@@ -281,6 +291,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void hold_writes() { ++write_holds_; }
   void release_writes();
   nghttp2_session* session() { return session_; }
+  // Server: whether the stream's request was refused with an HTTP error and its rest is being
+  // read (not reset).
+  bool rejected(int32_t stream_id);
+  int on_begin_frame(int32_t stream_id, uint8_t type);
   int on_begin_headers(int32_t stream_id, int cat);
   int on_header(int32_t stream_id, std::string_view name, std::string_view value);
   int on_frame_recv(const void* frame);
@@ -300,6 +314,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void finish_server_headers(Stream& s);
   void finish_client_headers(Stream& s, int cat, bool end_stream);
   void end_client_request(int32_t stream_id);
+  // The stream's headers or framing broke HTTP/2's rules (header_check.h): RST_STREAM
+  // PROTOCOL_ERROR, logged with `why`.
+  void reset_malformed(Stream& s, const std::string& why);
+  // Server: whether `stream_id` closed lately (frames may still come for it after our reset).
+  bool recently_closed(int32_t stream_id) const;
   void arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::milliseconds timeout);
   void keepalive_tick();
   void police_peer_ping();
@@ -325,6 +344,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool in_flush_ = false;  // inside nghttp2_session_mem_send
   bool goaway_received_ = false;
   std::string close_after_flush_;  // a fatal session error: close once the GOAWAY is written
+  std::string recv_error_;         // why a callback failed the session (a connection error)
+  // Server: the highest stream id the client opened, and the ids closed last (a ring).
+  int32_t max_peer_stream_id_ = 0;
+  std::array<int32_t, 32> recently_closed_{};
+  size_t closed_next_ = 0;
+  size_t rejected_open_ = 0;  // streams with rejected_ still open
   bool in_recv_ = false;           // inside nghttp2_session_mem_recv: no mem_send now
   int write_holds_ = 0;            // WriteHolds alive: flush() waits for the last
   bool flush_wanted_ = false;      // flush() was called while held

@@ -247,12 +247,12 @@ std::string hpack_literal(std::string_view name, std::string_view value) {
   return out;
 }
 
-std::string grpc_request_block(const std::string& path) {
+std::string grpc_request_block(const std::string& path, std::string_view authority) {
   std::string b;
   b += '\x83';  // :method POST
   b += '\x86';  // :scheme http
   b += hpack_literal(":path", path);
-  b += hpack_literal(":authority", "localhost");
+  b += hpack_literal(":authority", authority);
   b += hpack_literal("content-type", "application/grpc");
   b += hpack_literal("te", "trailers");
   return b;

@@ -140,8 +140,8 @@ std::string frame_header(uint8_t type, uint8_t flags, uint32_t stream_id, uint32
 inline constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 // HPACK: a literal header without indexing, new name, no Huffman.
 std::string hpack_literal(std::string_view name, std::string_view value);
-// A valid gRPC request header block for `path` (HPACK, no Huffman).
-std::string grpc_request_block(const std::string& path);
+// A valid gRPC request header block for `path` (HPACK, no Huffman), with `authority`.
+std::string grpc_request_block(const std::string& path, std::string_view authority = "localhost");
 // A 32-bit field in network order (an error code, a window increment, a stream id).
 std::string be32(uint32_t v);
 
