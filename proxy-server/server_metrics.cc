@@ -61,10 +61,13 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
       lease_list_total(build(prometheus::BuildCounter(), r, "lease_list_total",
                              "Lease list calls, by HTTP status code and reason")),
       tunnels_over_cap_total(build(prometheus::BuildCounter(), r, "tunnels_over_cap_total",
-                                   "konn: tunnels closed alone because their client stopped "
-                                   "reading and their queue passed its cap")),
+                                   "konn: tunnels closed alone because their client did not "
+                                   "keep up: their queue passed its cap, or the client took "
+                                   "nothing for --stalled-client-timeout")),
       reads_paused_total(build(prometheus::BuildCounter(), r, "reads_paused_total",
-                               "konn: times a frontend stream's reading was paused, by reason")),
+                               "konn: times reading was paused, by reason (queue_full, "
+                               "no_credit: a frontend stream; clients_behind: the stream of an "
+                               "agent without flow control)")),
       bytes_total(build(prometheus::BuildCounter(), r, "bytes_total",
                         "konn: tunnel payload bytes, by direction (to_agent, to_client)")),
       limits_hit_total(build(prometheus::BuildCounter(), r, "limits_hit_total",
@@ -98,7 +101,7 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
   culled_leases_count.Add({});
   tunnels_over_cap_total.Add({});
   // Shown at 0 from the start, so a dashboard's rate() has a series before the first pause.
-  for (const char* reason : {"queue_full", "no_credit"}) {
+  for (const char* reason : {"queue_full", "no_credit", "clients_behind"}) {
     reads_paused_total.Add({{"reason", reason}});
   }
   for (const char* m : {"Proxy", "Connect"}) full_receive_channels.Add({{"service_method", m}});

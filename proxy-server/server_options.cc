@@ -79,6 +79,10 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
         "Close a tunnel whose one side finished sending once nothing moved for this long");
   p.add("tunnel-idle-timeout", &tunnel_idle_timeout,
         "Close an established tunnel once nothing moved for this long (0: never)");
+  p.add("stalled-client-timeout", &stalled_client_timeout,
+        "Agents without konn flow control (upstream's) are not read while too much of their "
+        "DATA waits for slow clients; a tunnel whose client takes none of it for this long is "
+        "closed (RESOURCE_EXHAUSTED) so the agent's other tunnels move (0: never)");
   p.add("max-frontend-streams", &max_frontend_streams,
         "Frontend tunnels open at once (gRPC Proxy streams and CONNECT connections); more are "
         "refused with RESOURCE_EXHAUSTED or HTTP 503 (0: no limit)");
@@ -206,6 +210,9 @@ std::vector<std::string> ServerOptions::validate() const {
     errors.push_back("--http-connect-header-timeout: must be positive");
   }
   if (half_close_timeout.count() <= 0) errors.push_back("--half-close-timeout: must be positive");
+  if (stalled_client_timeout.count() < 0) {
+    errors.push_back("--stalled-client-timeout: must not be negative");
+  }
   if (tunnel_idle_timeout.count() < 0) {
     errors.push_back("--tunnel-idle-timeout: must be 0 (never) or positive");
   }

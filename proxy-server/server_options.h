@@ -84,6 +84,11 @@ struct ServerOptions {
   // konn: an established tunnel (either frontend) is closed once nothing moved for this long
   // (0: never, as upstream).
   Duration tunnel_idle_timeout{0};
+  // konn: towards an agent without flow control (upstream's), whose stream stops being read
+  // while too much of its DATA waits for slow clients, a tunnel whose client takes none of it for
+  // this long is closed so that the agent's other tunnels move (0: never; the agent waits, as
+  // under upstream's server).
+  Duration stalled_client_timeout = std::chrono::seconds(10);
 
   // Limits (konn; upstream has none). 0 lifts a limit. Hitting one refuses the stream,
   // connection or dial with a clear answer, counts limits_hit_total{limit} and logs; nothing

@@ -353,10 +353,24 @@ void Stream::abort(const GrpcStatus& status) {
     // As gRPC servers cancel with a status: the trailers go at once, in a HEADERS frame that flow
     // control does not hold, whatever waits (even a message half sent, which the client then
     // drops); the rest of the request is reset once they are out (on_frame_send).
+    const bool mid_message = out_offset_ > 0;
     outbox_.clear();
     out_offset_ = 0;
     queued_bytes_ = 0;
     if (!local_end_) finish_status_ = status;
+    if (mid_message && finish_status_.code == grpc_code::kResourceExhausted) {
+      // Trailers after part of a message read as a broken message (grpc-go: INTERNAL "unexpected
+      // EOF"), not as this status; gRPC clients read RST_STREAM ENHANCE_YOUR_CALM as
+      // RESOURCE_EXHAUSTED. (A client that stopped reading is mostly mid-message.)
+      local_end_ = true;
+      local_done_ = true;
+      aborted_ = true;
+      local_status_ = finish_status_;
+      nghttp2_submit_rst_stream(conn_->session(), NGHTTP2_FLAG_NONE, id_,
+                                NGHTTP2_ENHANCE_YOUR_CALM);
+      conn_->flush();
+      return;
+    }
     if (!headers_sent_) {
       finish(finish_status_);  // trailers-only: nothing was sent, nothing waits
       return;

@@ -743,6 +743,34 @@ TEST_CASE("h2 server: abort sends its status at once to a gRPC C++ client that s
   while (stream->Read(&p)) ++read;
   CHECK(read < 64);
   const auto status = stream->Finish();
+  // A message was half sent: RST_STREAM ENHANCE_YOUR_CALM, which gRPC clients read as
+  // RESOURCE_EXHAUSTED (trailers there would read as a broken message to grpc-go).
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_CASE("h2 server: abort between messages sends its status in trailers", "[h2][interop][flow]") {
+  std::mutex mu;
+  std::shared_ptr<Stream> held;
+  H2Server server(Kind::Tcp, [&](const std::shared_ptr<Stream>& s, const CallInfo&) {
+    {
+      std::lock_guard lock(mu);
+      held = s;
+    }
+    s->set_callbacks({});
+    s->send_message(serialized(data_packet(1, "first")));
+  });
+  auto stub = AgentService::NewStub(channel_to(server));
+  grpc::ClientContext ctx;
+  auto stream = stub->Connect(&ctx);
+  REQUIRE(stream->Write(data_packet(1, "go")));
+  Packet p;
+  REQUIRE(stream->Read(&p));
+  server.loop().run([&] {
+    held->abort({8, "over the tunnel's cap"});
+    return 0;
+  });
+  CHECK_FALSE(stream->Read(&p));
+  const auto status = stream->Finish();
   CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(status.error_message() == "over the tunnel's cap");
 }

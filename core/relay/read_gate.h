@@ -11,6 +11,7 @@ enum class PauseReason : uint8_t {
   NoCredit = 1 << 1,       // the peer's flow-control window is exhausted
   Dialing = 1 << 2,        // the other side is not connected yet
   Shutdown = 1 << 3,       // the stream is closing
+  ClientsBehind = 1 << 4,  // an agent without flow control: too much of its DATA waits for clients
 };
 
 // Not thread-safe: owned by one connection, used under its executor or lock.

@@ -127,6 +127,9 @@ void PacketStream::close(const grpc::Status& status, bool abort) {
     }
     if (abort && !aborted_) {
       aborted_ = true;
+      // An earlier graceful close will not complete (what it waited to write is dropped): the
+      // peer learns this close's status, not that one's.
+      if (!finished_) status_ = status;
       // Keep only the packet being written; the rest will never be sent.
       drop_waiting_locked();
       cancel = !finished_ && !done_;

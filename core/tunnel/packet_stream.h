@@ -55,7 +55,8 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
 
   // Stops accepting packets and ends the stream once queued packets are written. With `abort`,
   // queued packets are dropped and the call is cancelled at once (a peer that does not read
-  // cannot hold us). The first call's status wins. Idempotent.
+  // cannot hold us). The first call's status wins, except that an abort replaces the status of
+  // an earlier graceful close whose finish was not issued yet. Idempotent.
   void close(const grpc::Status& status, bool abort = false);
 
   // Read-side flow control: a paused stream starts no new read until every reason is cleared.

@@ -22,6 +22,10 @@ void Backend::serve(asio::io_context& home, size_t home_index,
                     Router& router) {
   auto b = std::make_shared<Backend>(router);
   b->self_ = b;
+  b->home_ctx_ = &home;
+  b->backlog_high_ = std::min<int64_t>(
+      kClientBacklogHigh, static_cast<int64_t>(router.options().tunnel_queue_cap_bytes() / 2));
+  b->backlog_low_ = b->backlog_high_ / 2;
   b->home_index_ = home_index;
   b->peer_ = peer.address;
   b->metadata_ = call.metadata;
@@ -288,7 +292,81 @@ void Backend::on_read_end() {
   close(grpc::Status::OK);
 }
 
+void Backend::client_backlog(int64_t delta) {
+  const int64_t now = client_backlog_.fetch_add(delta) + delta;
+  const bool paused = paused_for_clients_.load();
+  if ((!paused && now > backlog_high_) || (paused && now <= backlog_low_)) {
+    on_home_thread([this] { update_client_gate(); });
+  }
+}
+
+void Backend::watch_client(const void* key, std::weak_ptr<Frontend> frontend) {
+  std::lock_guard lock(watched_mu_);
+  watched_[key] = std::move(frontend);
+}
+
+void Backend::unwatch_client(const void* key) {
+  std::lock_guard lock(watched_mu_);
+  watched_.erase(key);
+}
+
+void Backend::update_client_gate() {
+  for (;;) {
+    const int64_t bytes = client_backlog_.load();
+    if (!paused_for_clients_.load() && bytes > backlog_high_ && !over_) {
+      paused_for_clients_.store(true);
+      router_.metrics().reads_paused_total.Add({{"reason", "clients_behind"}}).Increment();
+      KONN_LOG(log_, debug, "[A{}] {} bytes wait for slow clients: agent stream paused",
+               agent_id_, bytes);
+      pause_reading(core::relay::PauseReason::ClientsBehind);
+      arm_stall_check();
+    } else if (paused_for_clients_.load() && (bytes <= backlog_low_ || over_)) {
+      paused_for_clients_.store(false);
+      if (stall_timer_) stall_timer_->cancel();
+      KONN_LOG(log_, debug, "[A{}] clients caught up ({} bytes wait): agent stream resumed",
+               agent_id_, bytes);
+      resume_reading(core::relay::PauseReason::ClientsBehind);
+    } else {
+      return;
+    }
+  }
+}
+
+void Backend::arm_stall_check() {
+  const auto bound = router_.options().stalled_client_timeout;
+  if (bound.count() <= 0 || home_ctx_ == nullptr) return;
+  if (!stall_timer_) stall_timer_ = std::make_unique<asio::steady_timer>(*home_ctx_);
+  // Looked at a few times per bound, so a stalled client is closed within 1.25 bounds.
+  stall_timer_->expires_after(std::max<std::chrono::steady_clock::duration>(
+      bound / 4, std::chrono::milliseconds(10)));
+  stall_timer_->async_wait([weak = weak_from_this(), this](std::error_code ec) {
+    auto keep = weak.lock();
+    if (ec || !keep) return;
+    check_stalled_clients();
+  });
+}
+
+void Backend::check_stalled_clients() {
+  if (!paused_for_clients_.load() || over_) return;
+  const auto bound = router_.options().stalled_client_timeout;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::shared_ptr<Frontend>> watched;
+  {
+    std::lock_guard lock(watched_mu_);
+    watched.reserve(watched_.size());
+    for (const auto& [key, weak] : watched_) {
+      if (auto f = weak.lock()) watched.push_back(std::move(f));
+    }
+  }
+  for (auto& f : watched) {
+    if (f->client_stalled_for(now) >= bound) f->close_stalled(bound);
+  }
+  if (paused_for_clients_.load()) arm_stall_check();
+}
+
 void Backend::OnDone() {
+  over_ = true;
+  if (stall_timer_) stall_timer_->cancel();
   mark_done();
   if (!cancelled_by_us_) {
     router_.metrics().call_errors(ServerMetrics::FromAgent, ServerMetrics::ToAgent,

@@ -1,13 +1,18 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <spdlog/logger.h>
+
+#include <asio/steady_timer.hpp>
 
 #include "core/h2/listener.h"
 #include "core/tls/certificate_names.h"
@@ -21,9 +26,12 @@ namespace konn::server {
 
 class Router;
 
-// One agent's `AgentService/Connect` stream: the backend that carries many tunnels. Its read
-// loop is never paused for one tunnel's sake (no head-of-line blocking): packets are handed to
-// their frontend, which queues or closes alone. See docs/ARCHITECTURE.md for the packet flow.
+// One agent's `AgentService/Connect` stream: the backend that carries many tunnels. With konn's
+// flow control its read loop is never paused for one tunnel's sake (no head-of-line blocking):
+// each tunnel's DATA is bounded by its credit. An agent without it (upstream's) sends what its
+// destinations give as fast as they give it, so its stream stops being read while too much of
+// its DATA waits for slow clients (client_backlog); HTTP/2 flow control then stops the agent. See
+// docs/ARCHITECTURE.md for the packet flow.
 //
 // Exception to STYLE's "gRPC callback reactors for the gRPC streams": the call runs on the
 // project's own HTTP/2 (core/h2, H2ServerStream), on the worker thread that owns the agent's
@@ -64,6 +72,20 @@ class Backend : public core::tunnel::H2ServerStream {
   void forget_connection(int64_t connect_id) { connections_.take(connect_id); }
   size_t connection_count() const { return connections_.size(); }
 
+  // Agents without konn flow control: `delta` bytes of this agent's DATA joined (+) or left (-)
+  // the queues towards clients (ClientBacklog). Past the high mark in all (4 MiB, or half a
+  // tunnel's --xfr-channel-size cap when that is less), this stream is not read until the bytes
+  // fall to half the mark; while it waits, a tunnel whose client takes nothing for
+  // --stalled-client-timeout is closed, and the others move again. Any thread.
+  void client_backlog(int64_t delta);
+  int64_t client_backlog_bytes() const { return client_backlog_.load(); }
+  // The tunnels whose clients client_backlog counts (ClientBacklog::bind), looked at for a
+  // stalled client while the stream waits; kept until release, even after the agent closed the
+  // tunnel and its last bytes still wait for the client. Any thread.
+  void watch_client(const void* key, std::weak_ptr<Frontend> frontend);
+  void unwatch_client(const void* key);
+  static constexpr int64_t kClientBacklogHigh = 4 * 1024 * 1024;
+
   // Public only for make_shared; use serve().
   explicit Backend(Router& router);
 
@@ -85,6 +107,13 @@ class Backend : public core::tunnel::H2ServerStream {
   void on_queued(const Packet& p) override;
 
   void on_dial_response(Packet&& p);
+  // Pauses or resumes reading for client_backlog_ (home thread); loops until the decision holds
+  // for the count it last read, so a change from another thread is never lost.
+  void update_client_gate();
+  // While paused for clients: closes the tunnels whose client took nothing for
+  // --stalled-client-timeout, then looks again a little later (home thread).
+  void arm_stall_check();
+  void check_stalled_clients();
 
   Router& router_;
   std::shared_ptr<spdlog::logger> log_;
@@ -103,6 +132,15 @@ class Backend : public core::tunnel::H2ServerStream {
   ConnectionTable connections_;
   // Node-to-control-plane tunnels of this stream; set in admit() when confirmed, then fixed.
   std::shared_ptr<agent::ConnectionTable> node_table_;
+  asio::io_context* home_ctx_ = nullptr;
+  std::atomic<int64_t> client_backlog_{0};
+  int64_t backlog_high_ = kClientBacklogHigh;  // set in serve(), then fixed
+  int64_t backlog_low_ = kClientBacklogHigh / 2;
+  std::atomic<bool> paused_for_clients_{false};  // written on the home thread only
+  std::unique_ptr<asio::steady_timer> stall_timer_;  // home thread
+  std::mutex watched_mu_;
+  std::unordered_map<const void*, std::weak_ptr<Frontend>> watched_;
+  bool over_ = false;  // OnDone ran (home thread)
 };
 
 }  // namespace konn::server

@@ -153,6 +153,7 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
     backend_ = backend;
     agent_id_ = backend->agent_id();
     flow_control_ = backend->flow_control();
+    if (!flow_control_) backlog_.bind(backend, self_ptr());
     to_agent_credit_ = core::tunnel::kTunnelWindow;
     // Half-close passes through only when both ends understand it.
     half_close_ = req.konnhalfclose() && backend->half_close();
@@ -350,9 +351,14 @@ void GrpcFrontend::deliver_data(Packet&& p) {
   }
   size_t bytes = p.data().data().size();
   if (!flow && queued_bytes() + bytes > router_.options().tunnel_queue_cap_bytes()) {
-    overflow();
+    KONN_CONN_LOG(log_, warn, *this,
+                  "closing tunnel: the client stopped reading and {} bytes wait (cap {}); other "
+                  "tunnels of the agent are unaffected",
+                  queued_bytes() + bytes, router_.options().tunnel_queue_cap_bytes());
+    close_unread("client not reading: tunnel queue over its cap");
     return;
   }
+  if (!flow) backlog_.added(bytes);
   bytes_to_client_ += bytes;
   router_.metrics().bytes_to_client.Increment(static_cast<double>(bytes));
   std::shared_ptr<core::tunnel::WriteListener> listener(self_ptr(), &to_client_listener_);
@@ -365,7 +371,10 @@ void GrpcFrontend::on_sent_to_client(size_t bytes) {
   int64_t id = 0;
   {
     std::lock_guard lock(mu_);
-    if (!flow_control_) return;
+    if (!flow_control_) {
+      backlog_.taken(bytes);
+      return;
+    }
     credit = credit_to_return_.written(bytes);
     if (credit == 0) return;
     backend = backend_;
@@ -374,25 +383,37 @@ void GrpcFrontend::on_sent_to_client(size_t bytes) {
   if (backend) backend->send(make_window_update(id, credit));
 }
 
-void GrpcFrontend::overflow() {
+void GrpcFrontend::close_unread(const std::string& reason) {
   std::shared_ptr<Backend> backend;
   int64_t id = 0;
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Established && state_ != State::Closing) return;
+    if (state_ == State::Established || state_ == State::Closing) {
+      backend = backend_;
+      id = connect_id_;
+    }
+    // Closed already (the agent closed it) but its last bytes still wait for the client: the
+    // stream is aborted all the same.
     state_ = State::Closed;
-    close_reason_ = "client not reading: tunnel queue over its cap";
-    backend = backend_;
-    id = connect_id_;
+    close_reason_ = reason;
   }
   router_.metrics().tunnels_over_cap_total.Add({}).Increment();
+  if (backend) {
+    backend->forget_connection(id);
+    backend->send(make_close_request(id));
+  }
+  close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, reason), true);
+  // What waited is dropped: the agent's stream need not wait for it any longer.
+  backlog_.release();
+}
+
+void GrpcFrontend::close_stalled(std::chrono::steady_clock::duration bound) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(bound).count();
   KONN_CONN_LOG(log_, warn, *this,
-                "closing tunnel: the client stopped reading and {} bytes wait (cap {}); other "
-                "tunnels of agent are unaffected",
-                queued_bytes(), router_.options().tunnel_queue_cap_bytes());
-  backend->forget_connection(id);
-  backend->send(make_close_request(id));
-  close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "tunnel queue over its cap"), true);
+                "closing tunnel: the client took none of the {} bytes waiting for it in {} ms "
+                "(--stalled-client-timeout) while agent {} waited; its other tunnels move again",
+                backlog_.waiting(), ms, agent_id_);
+  close_unread(fmt::format("client took nothing for {} ms (--stalled-client-timeout)", ms));
 }
 
 void GrpcFrontend::on_close_request(const Packet& p) {
@@ -593,6 +614,7 @@ void GrpcFrontend::OnDone() {
   // After the errors are counted: whoever sees the gauge drop sees them too.
   router_.metrics().grpc_proxy.Decrement();
   if (has_slot_) router_.release_frontend();
+  backlog_.release();
   {
     std::lock_guard lock(mu_);
     cancel_timer();

@@ -14,6 +14,7 @@
 #include "core/tunnel/h2_server_stream.h"
 #include "core/tunnel/quiet_timer.h"
 #include "konnectivity/client.pb.h"
+#include "proxy-server/tunnel/client_backlog.h"
 #include "proxy-server/tunnel/frontend.h"
 
 namespace konn::server {
@@ -28,8 +29,10 @@ class Router;
 //  - client -> agent: reading this stream pauses while this tunnel's bytes in the backend's
 //    queue pass kToAgentHigh, or (konn flow control) while the agent's credit is used up;
 //  - agent -> client: with konn flow control the agent never has more than a window in flight
-//    and we return credit as the client takes bytes; without it (upstream agents), a client that
-//    lets its queue pass the cap has its tunnel closed alone, so the agent stream never stalls.
+//    and we return credit as the client takes bytes; without it (upstream agents), the bytes
+//    waiting for the client count towards the agent's backlog (Backend::client_backlog), which
+//    stops reading the agent's stream while too much waits; a client that takes nothing for
+//    --stalled-client-timeout meanwhile, or whose own queue passes the cap, is closed alone.
 //
 // Exception to STYLE's "gRPC callback reactors for the gRPC streams", as for Backend: the call
 // runs on core/h2 (H2ServerStream), on the worker thread that owns the client's connection. The
@@ -57,6 +60,11 @@ class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
   void deliver_window_update(int64_t bytes) override;
   void deliver_close_write(Packet&& p) override;
   void backend_gone() override;
+  std::chrono::steady_clock::duration client_stalled_for(
+      std::chrono::steady_clock::time_point now) const override {
+    return backlog_.stalled_for(now);
+  }
+  void close_stalled(std::chrono::steady_clock::duration bound) override;
   std::string log_prefix() const override;
 
  private:
@@ -97,7 +105,9 @@ class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
   void on_client_close_write(const Packet& p);
   void on_dial_close(const Packet& p);
   void fail_dial(int64_t random, const std::string& error);
-  void overflow();
+  // Ends the tunnel because its client does not keep up: the agent is told, the client gets
+  // RESOURCE_EXHAUSTED with `reason`, and the tunnel's bytes no longer hold the agent.
+  void close_unread(const std::string& reason);
   void on_sent_to_agent(size_t bytes);
   void on_sent_to_client(size_t bytes);
   // Runs `fn` on the timer context after `delay` (router_.deadlines()), unless the tunnel state
@@ -138,6 +148,7 @@ class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
   int64_t to_agent_queued_ = 0;  // our DATA bytes waiting in the backend's queue
   int64_t to_agent_credit_ = 0;  // bytes the agent still accepts (flow control)
   core::tunnel::CreditReturn credit_to_return_;  // written to the client, not yet given back
+  ClientBacklog backlog_;  // without flow control: the agent's bytes waiting for the client
   bool paused_queue_ = false;
   bool paused_credit_ = false;
   std::string close_reason_;

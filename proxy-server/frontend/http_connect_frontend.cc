@@ -24,6 +24,7 @@
 #include "core/tunnel/quiet_timer.h"
 #include "core/tunnel/socket_reader.h"
 #include "proxy-server/backend/backend.h"
+#include "proxy-server/tunnel/client_backlog.h"
 #include "proxy-server/tunnel/frontend.h"
 #include "proxy-server/tunnel/router.h"
 
@@ -140,6 +141,7 @@ class ConnectSession : public Frontend,
   }
   void deliver_data(Packet&& p) override {
     if (quiet_) quiet_->touch();
+    if (!flow_control_) backlog_.added(p.data().data().size());
     if constexpr (!kTls) {  // a TLS stream is written by its executor only (OpenSSL state)
       auto direct = write_role_.deliver(p.data().data(), core::relay::kDirectWriteMax);
       if (direct.written > 0) written_to_client(direct.written);
@@ -182,6 +184,30 @@ class ConnectSession : public Frontend,
       } else {
         self->agent_closed("agent disconnected");
       }
+    });
+  }
+  std::chrono::steady_clock::duration client_stalled_for(
+      std::chrono::steady_clock::time_point now) const override {
+    return backlog_.stalled_for(now);
+  }
+  void close_stalled(std::chrono::steady_clock::duration bound) override {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(bound).count();
+    KONN_CONN_LOG(log_, warn, *this,
+                  "closing tunnel: the client took none of the {} bytes waiting for it in {} ms "
+                  "(--stalled-client-timeout) while agent {} waited; its other tunnels move again",
+                  backlog_.waiting(), ms, agent_id_);
+    backlog_.release();  // the agent moves again now, not once the socket is closed
+    run_here([self = this->shared_from_this(), ms]() {
+      self->router_.metrics().tunnels_over_cap_total.Add({}).Increment();
+      if (self->closed_) {
+        // The agent closed it and its last bytes wait for the client: give up on them (the
+        // packet being written stays until its write completes, as in close_tunnel).
+        while (self->out_.size() > (self->writing_ ? 1U : 0U)) self->out_.pop_back();
+        self->finish_socket();
+        return;
+      }
+      self->close_tunnel(
+          fmt::format("client took nothing for {} ms (--stalled-client-timeout)", ms), true);
     });
   }
   std::string log_prefix() const override {
@@ -368,6 +394,7 @@ class ConnectSession : public Frontend,
     }
     agent_id_ = backend_->agent_id();
     flow_control_ = backend_->flow_control();
+    if (!flow_control_) backlog_.bind(backend_, this->shared_from_this());
     // Upstream closes the tunnel on the client's EOF; a half-close is passed on only when asked
     // for (--http-connect-half-close) and the agent supports it.
     half_close_ = router_.options().http_connect_half_close && backend_->half_close();
@@ -575,8 +602,11 @@ class ConnectSession : public Frontend,
 
   void queue_to_client(Packet&& p) {
     if constexpr (!kTls) write_role_.arrived();
-    if (closed_ || !established_) return;
     size_t n = p.data().data().size();
+    if (closed_ || !established_) {
+      backlog_.taken(n);  // dropped: it no longer waits
+      return;
+    }
     if (!flow_control_ && to_client_queued_ + n > router_.options().tunnel_queue_cap_bytes()) {
       router_.metrics().tunnels_over_cap_total.Add({}).Increment();
       KONN_CONN_LOG(log_, warn, *this,
@@ -597,6 +627,7 @@ class ConnectSession : public Frontend,
   // Bytes the gRPC thread wrote to the client itself (WriteRole): counted as the executor's
   // writes are; credit goes back from here.
   void written_to_client(size_t n) {
+    if (!flow_control_) backlog_.taken(n);
     bytes_to_client_ += n;
     router_.metrics().bytes_to_client.Increment(static_cast<double>(n));
     return_credit(n);
@@ -625,6 +656,7 @@ class ConnectSession : public Frontend,
                         self->writing_ = false;
                         self->out_.pop_front();
                         self->to_client_queued_ -= n;
+                        if (!self->flow_control_) self->backlog_.taken(n);
                         if (ec) {
                           if (self->closed_) {
                             // Flushing after the agent's close and the client is gone: nothing
@@ -680,6 +712,7 @@ class ConnectSession : public Frontend,
   void finish_socket() {
     if (socket_done_) return;
     socket_done_ = true;
+    backlog_.release();
     if constexpr (!kTls) write_role_.close();  // before the descriptor can be closed and reused
     router_.deadlines().cancel(close_deadline_);
     if (quiet_) quiet_->stop();
@@ -737,6 +770,7 @@ class ConnectSession : public Frontend,
   size_t to_client_queued_ = 0;
   bool writing_ = false;
   core::tunnel::CreditReturn credit_to_return_;  // written to the client, not yet given back
+  ClientBacklog backlog_;  // without flow control: the agent's bytes waiting for the client
   bool closing_ = false;                         // CLOSE_REQ sent after the client's EOF
   bool half_close_ = false;                      // the agent passes half-closes (konn-half-close)
   bool client_done_ = false;   // half-close: the client's EOF was sent to the agent

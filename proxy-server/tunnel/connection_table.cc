@@ -31,6 +31,14 @@ std::vector<std::shared_ptr<Frontend>> ConnectionTable::take_all() {
   return out;
 }
 
+std::vector<std::shared_ptr<Frontend>> ConnectionTable::snapshot() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Frontend>> out;
+  out.reserve(conns_.size());
+  for (const auto& [id, f] : conns_) out.push_back(f);
+  return out;
+}
+
 size_t ConnectionTable::size() const {
   std::lock_guard lock(mu_);
   return conns_.size();

@@ -18,6 +18,7 @@ class ConnectionTable {
   std::shared_ptr<Frontend> find(int64_t connect_id) const;
   std::shared_ptr<Frontend> take(int64_t connect_id);
   std::vector<std::shared_ptr<Frontend>> take_all();
+  std::vector<std::shared_ptr<Frontend>> snapshot() const;
   size_t size() const;
 
  private:

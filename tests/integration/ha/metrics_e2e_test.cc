@@ -275,19 +275,21 @@ struct ConnectClient {
 
 }  // namespace
 
-TEST_CASE("metrics: a tunnel whose client stops reading is closed alone over its cap",
+TEST_CASE("metrics: a tunnel whose client takes nothing is closed alone and the agent moves on",
           "[e2e][ha][metrics]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();
-  // An upstream-like agent (no konn-flow-control): the server cannot slow it down for one tunnel,
-  // so a client that stops reading has its tunnel closed once 1 MiB (--xfr-channel-size=1)
-  // waits for it. The agent's other tunnels and the stream itself go on.
+  // An upstream-like agent (no konn-flow-control): the server cannot slow one of its tunnels
+  // alone, so it stops reading the agent's stream while 512 KiB (half of --xfr-channel-size=1)
+  // wait for clients. A client that takes nothing for --stalled-client-timeout meanwhile has its
+  // tunnel closed, and the agent's stream moves again at once.
   // reliability: proxy-server | gRPC client stops reading, upstream-like agent without flow control
-  // reliability+: | that tunnel closed over --xfr-channel-size: `RESOURCE_EXHAUSTED`, CLOSE_REQ to
-  // reliability+: the agent | warn "closing tunnel: the client stopped reading and ... bytes wait
-  // reliability+: (cap ...)" | the agent stream carries a new tunnel
+  // reliability+: | agent stream paused; after --stalled-client-timeout that tunnel closed:
+  // reliability+: `RESOURCE_EXHAUSTED`, CLOSE_REQ to the agent | warn "closing tunnel: the client
+  // reliability+: took none of the ... bytes waiting for it" | the agent stream moves again and
+  // reliability+: carries a new tunnel
   SECTION("gRPC frontend") {
-    FleetServer s(certs, "cap-grpc", {"--xfr-channel-size=1"});
+    FleetServer s(certs, "cap-grpc", {"--xfr-channel-size=1", "--stalled-client-timeout=1s"});
     s.start();
     FakeAgent agent(s.agent_port(), certs, {});
     REQUIRE(agent.wait_connected(10s));
@@ -299,14 +301,18 @@ TEST_CASE("metrics: a tunnel whose client stops reading is closed alone over its
     accept_dial(agent, 1);
     dialer.join();
     REQUIRE(stalled);
-    // The client reads nothing: its inbox (8 MiB) and HTTP/2 windows fill, then the server's
-    // queue for this tunnel.
+    // The client reads nothing: its inbox and HTTP/2 windows fill, then the server's queue for
+    // this tunnel, then the agent's stream stops being read (its sends block), until the tunnel
+    // is closed and the stream moves again.
+    const auto t0 = std::chrono::steady_clock::now();
     size_t sent = flood(agent, 1, 256 << 20);
     CHECK(sent < (256U << 20));
     auto close_req = agent.next(CLOSE_REQ, 10s);
     REQUIRE(close_req);
     CHECK(close_req->closerequest().connectid() == 1);
+    CHECK(std::chrono::steady_clock::now() - t0 >= 1s);  // not before the client's bound
     CHECK(s.metric(kServer + "tunnels_over_cap_total") == 1);
+    CHECK(s.metric(kServer + "reads_paused_total", {{"reason", "clients_behind"}}) >= 1);
     // Reading again (its inbox may be full, which stops its reader), the client finds the
     // tunnel ended with RESOURCE_EXHAUSTED.
     auto until = std::chrono::steady_clock::now() + 30s;
@@ -325,12 +331,13 @@ TEST_CASE("metrics: a tunnel whose client stops reading is closed alone over its
     // tunnel's DIAL_RSP race the client's view), so a scrape may lag by a moment.
     CHECK(eventually([&] { return s.metric(kServer + "established_connections") == 1; }, 10s));
   }
-  // reliability: proxy-server | CONNECT client stops reading, agent without flow control | that
-  // reliability+: tunnel closed over its cap, CLOSE_REQ to the agent | warn "closing tunnel: the
-  // reliability+: client stopped reading and ... bytes wait ..." | the agent stream;
-  // reliability+: established_connections back to 0
+  // reliability: proxy-server | CONNECT client stops reading, agent without flow control | agent
+  // reliability+: stream paused; after --stalled-client-timeout that tunnel closed, CLOSE_REQ to
+  // reliability+: the agent | warn "closing tunnel: the client took none of the ... bytes waiting
+  // reliability+: for it" | the agent stream; established_connections back to 0
   SECTION("HTTP CONNECT frontend") {
-    FleetServer s(certs, "cap-connect", {"--xfr-channel-size=1", "--mode=http-connect"});
+    FleetServer s(certs, "cap-connect",
+                  {"--xfr-channel-size=1", "--mode=http-connect", "--stalled-client-timeout=1s"});
     s.start();
     FakeAgent agent(s.agent_port(), certs, {});
     REQUIRE(agent.wait_connected(10s));
@@ -347,6 +354,60 @@ TEST_CASE("metrics: a tunnel whose client stops reading is closed alone over its
     CHECK(s.metric(kServer + "tunnels_over_cap_total") == 1);
     CHECK(eventually([&] { return s.metric(kServer + "established_connections") == 0; }, 10s));
   }
+}
+
+// reliability: proxy-server | gRPC client slower than its upstream-like agent (no flow control)
+// reliability+: | the agent's stream paused while 4 MiB wait for clients, resumed below 2 MiB |
+// reliability+: debug "agent stream paused" | every byte delivered, in order
+TEST_CASE("metrics: a slow client of an agent without flow control gets every byte",
+          "[e2e][ha][metrics]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  // The agent sends 48 MiB as fast as it can; the client reads slower. The server slows the
+  // agent (its stream is not read while 4 MiB wait) instead of closing the tunnel.
+  FleetServer s(certs, "slow-client", {"--stalled-client-timeout=5s"});
+  s.start();
+  FakeAgent agent(s.agent_port(), certs, {});
+  REQUIRE(agent.wait_connected(10s));
+  REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 10s));
+  auto ch = s.channel();
+  std::unique_ptr<Tunnel> t;
+  std::thread dialer([&] { t = Tunnel::dial(ch, "10.1.2.3:80", 10s).tunnel; });
+  accept_dial(agent, 1);
+  dialer.join();
+  REQUIRE(t);
+  const size_t kTotal = 48 << 20;
+  std::atomic<size_t> sent{0};
+  std::thread sender([&] {
+    size_t n = 0;
+    for (uint32_t i = 0; n < kTotal; ++i) {
+      std::string chunk(32 * 1024, static_cast<char>('a' + i % 26));
+      if (!agent.send(make_data(1, std::move(chunk)))) break;
+      n += 32 * 1024;
+    }
+    sent = n;
+  });
+  size_t got = 0;
+  bool in_order = true;
+  std::string buf;
+  auto until = std::chrono::steady_clock::now() + 60s;
+  while (got < kTotal && !t->ended() && std::chrono::steady_clock::now() < until) {
+    buf.clear();
+    if (t->read_for(&buf, 1s) != Tunnel::ReadStatus::Data) continue;
+    for (size_t i = 0; i < buf.size(); ++i) {
+      if (buf[i] != static_cast<char>('a' + ((got + i) / (32 * 1024)) % 26)) in_order = false;
+    }
+    got += buf.size();
+    std::this_thread::sleep_for(2ms);  // slower than the agent
+  }
+  sender.join();
+  CHECK(sent == kTotal);
+  CHECK(got == kTotal);
+  CHECK(in_order);
+  CHECK_FALSE(agent.received(
+      [](const Packet& p) { return p.type() == CLOSE_REQ; }, 0ms));
+  CHECK(s.metric(kServer + "tunnels_over_cap_total") == 0);
+  CHECK(s.metric(kServer + "reads_paused_total", {{"reason", "clients_behind"}}) >= 1);
 }
 
 TEST_CASE("metrics: reads paused by backpressure are counted by reason", "[e2e][ha][metrics]") {
