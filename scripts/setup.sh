@@ -13,6 +13,10 @@ packages=(
   openssl curl nodejs npm wrk
   dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps computes the packages' Depends (tests/manifests)
   squid tinyproxy  # egress-proxy e2e tests: the agent through both, started by the test on loopback
+  # tests/go/build.sh: the Go test peers and h2spec, built offline from Debian's Go sources
+  golang-go golang-google-grpc-dev golang-github-golang-protobuf-1-5-dev golang-google-protobuf-dev
+  protoc-gen-go protoc-gen-go-grpc golang-golang-x-net-dev golang-github-spf13-cobra-dev
+  golang-github-fatih-color-dev socat  # socat: h2spec reaches the unix-socket frontend through it
 )
 
 missing=()
