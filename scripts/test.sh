@@ -22,6 +22,11 @@ if grep -rnE 'TEST_CASE\("([^"]*;|-)' --include='*.cc' core proxy-server proxy-a
   echo "test.sh: test case names must not contain ';' nor start with '-'" >&2
   exit 1
 fi
+# The kube tests' real kube-apiserver (tests/integration/kube): built from Debian's source package
+# when missing (minutes, cold) into a cache outside the clone, here rather than inside a test so
+# that its cost stays out of ctest's timeouts.
+KONN_KUBE_APISERVER=$(bash scripts/kube-apiserver.sh | tail -n 1)
+export KONN_KUBE_APISERVER
 if [ -f tests/node/package-lock.json ]; then
   (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
