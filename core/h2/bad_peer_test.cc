@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include <poll.h>
+
 #include <asio/read.hpp>
 #include <catch2/catch.hpp>
 
@@ -273,6 +275,48 @@ TEST_CASE("h2 server: HEADERS on a stream id below an earlier one is a PROTOCOL_
   CHECK(u32(goaway->payload, 4) == 0x1);  // PROTOCOL_ERROR
   CHECK(peer.wait_eof());
   CHECK(has_reason(server, "below the client's stream 5"));
+}
+
+TEST_CASE("h2 server: DATA after the client reset its stream is a STREAM_CLOSED GOAWAY",
+          "[h2][bad-peer]") {
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  peer.write(frame(kHeaders, kEndHeaders, 1, grpc_request_block("/AgentService/Connect")));
+  peer.write(frame(kRstStream, 0, 1, be32(0x8)));  // CANCEL
+  REQUIRE(rec.wait(1));                             // the reset was taken
+  peer.write(frame(kData, 0, 1, grpc_frame("late")));
+  auto goaway = peer.read_until(kGoaway);
+  REQUIRE(goaway);
+  CHECK(u32(goaway->payload, 4) == 0x5);  // STREAM_CLOSED
+  CHECK(peer.wait_eof());
+}
+
+TEST_CASE("h2 server: after the client's GOAWAY the connection ends with a FIN, not a reset",
+          "[h2][bad-peer]") {
+  Recorder rec;
+  H2Server server(Kind::Tcp, rec.handler());
+  RawPeer peer(server.port());
+  handshake(peer);
+  peer.write(frame(kGoaway, 0, 0, be32(0) + be32(0)));
+  // The server does not close at once under the client (with what the client sends next unread
+  // that close would be a reset): it reads on until the client closes, or a second passes.
+  std::error_code ec;
+  char buf[4096];
+  const auto early = std::chrono::steady_clock::now() + 300ms;
+  while (!ec && std::chrono::steady_clock::now() < early) {
+    pollfd pfd{peer.socket().native_handle(), POLLIN, 0};
+    if (::poll(&pfd, 1, 50) > 0) peer.socket().read_some(asio::buffer(buf), ec);  // frames sent
+  }
+  REQUIRE_FALSE(ec);  // still open
+  peer.write(frame(kPing, 0, 0, std::string("h2spec\0\0", 8)));
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (!ec && std::chrono::steady_clock::now() < until) {
+    pollfd pfd{peer.socket().native_handle(), POLLIN, 0};
+    if (::poll(&pfd, 1, 100) > 0) peer.socket().read_some(asio::buffer(buf), ec);
+  }
+  CHECK(ec == asio::error::eof);
 }
 
 TEST_CASE("h2 server: the rest of a request answered with an HTTP error is still checked",

@@ -11,6 +11,7 @@
 
 #include "core/log/log_macros.h"
 #include "core/log/logger.h"
+#include "core/log/rate_limit.h"
 
 namespace konn::core::h2 {
 
@@ -29,8 +30,9 @@ constexpr size_t kKeptWriteBuffer = 4 * 1024;
 // Custom metadata of one header block (keys and values) beyond this resets the stream.
 constexpr size_t kMaxHeaderBlock = 64 * 1024;
 // Requests refused with an HTTP error (not gRPC) whose rest is read rather than reset: at most
-// this many at once per connection, and this much of each one's body.
-constexpr size_t kMaxRejectedOpen = 16;
+// this many at once per connection (and no more than its concurrent-stream limit, which they
+// count towards), and this much of each one's body.
+constexpr size_t kMaxRejectedOpen = 1024;
 constexpr uint64_t kMaxRejectedBody = 64 * 1024;
 
 const std::shared_ptr<spdlog::logger>& logger() {
@@ -490,6 +492,7 @@ Connection::Connection(Role role, std::unique_ptr<Transport> transport, Connecti
       transport_(std::move(transport)),
       options_(std::move(options)),
       executor_(transport_->executor()),
+      scan_(role == Role::Server ? sizeof(NGHTTP2_CLIENT_MAGIC) - 1 : 0),
       keepalive_(executor_) {
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
@@ -537,6 +540,10 @@ Connection::Connection(Role role, std::unique_ptr<Transport> transport, Connecti
   // kube-apiserver 1.20's gRPC client sends (the unix socket path it dialled). HeaderBlockCheck
   // makes the checks instead, that one relaxed (core/h2/README.md, "Header checks").
   nghttp2_option_set_no_http_messaging(opt, 1);
+  // No state kept for closed streams: with the frontend's unbounded concurrent-stream limit,
+  // nghttp2 kept each one (about 1.3 KB) for the connection's life. FrameScan finds the frames
+  // that such state would have refused.
+  nghttp2_option_set_no_closed_streams(opt, 1);
   if (role_ == Role::Server) {
     nghttp2_session_server_new2(&session_, cbs, this, opt);
   } else {
@@ -634,7 +641,9 @@ void Connection::police_peer_ping() {
 }
 
 void Connection::do_read() {
+  read_pending_ = true;
   transport_->async_read([self = shared_from_this()](std::error_code ec, std::string_view in) {
+    self->read_pending_ = false;
     if (self->closed_) return;
     if (ec) {
       self->close(ec == asio::error::eof ? std::string("the peer closed the connection")
@@ -642,12 +651,23 @@ void Connection::do_read() {
                   peer_went_away(ec));
       return;
     }
+    const auto bad = self->scan_.scan(in);
+    if (bad) {
+      // Frames before the offending one are taken as usual.
+      in = in.substr(0, bad->offset);
+      self->recv_error_ = fmt::format(
+          "DATA or HEADERS on stream {} after the peer ended or reset it", bad->stream_id);
+    }
     self->in_recv_ = true;
-    const auto rv = nghttp2_session_mem_recv(
-        self->session_, reinterpret_cast<const uint8_t*>(in.data()), in.size());
+    auto rv = nghttp2_session_mem_recv(self->session_, reinterpret_cast<const uint8_t*>(in.data()),
+                                       in.size());
     self->in_recv_ = false;
     if (self->closed_) return;
-    if (rv < 0) {
+    if (rv >= 0 && bad) {
+      KONN_LOG(logger(), warn, "{} HTTP/2: {}", self->options_.log_name, self->recv_error_);
+      nghttp2_session_terminate_session(self->session_, NGHTTP2_STREAM_CLOSED);
+      self->close_after_flush_ = "HTTP/2: " + self->recv_error_;
+    } else if (rv < 0) {
       // Fatal for the session (bad preface, a flood, ...): a GOAWAY if one can still go out,
       // then the connection closes.
       const std::string reason =
@@ -661,8 +681,8 @@ void Connection::do_read() {
       self->close_after_flush_ = reason;
     }
     self->flush();
-    if (!self->closed_ && self->close_after_flush_.empty() &&
-        nghttp2_session_want_read(self->session_) != 0) {
+    if (!self->closed_ && self->close_after_flush_.empty() && self->wants_read() &&
+        !self->read_pending_) {
       self->do_read();
     }
   });
@@ -723,11 +743,15 @@ void Connection::flush() {
     close(close_after_flush_);
     return;
   }
-  if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0) {
-    close(goaway_received_ || shutting_down_ ? "" : "HTTP/2 session ended");
-    return;
-  }
   maybe_finish_shutdown();
+  if (closed_) return;
+  if (!wants_read() && nghttp2_session_want_write(session_) == 0) {
+    close(goaway_received_ || shutting_down_ ? "" : "HTTP/2 session ended");
+  }
+}
+
+bool Connection::wants_read() {
+  return nghttp2_session_want_read(session_) != 0 || (linger_ && !closed_);
 }
 
 void Connection::run_drained() {
@@ -739,10 +763,24 @@ void Connection::run_drained() {
 }
 
 void Connection::maybe_finish_shutdown() {
-  if ((shutting_down_ || goaway_received_) && streams_.empty() && !writing_ && !closed_ &&
-      nghttp2_session_want_write(session_) == 0) {
-    close("");
+  if (!(shutting_down_ || goaway_received_) || !streams_.empty() || writing_ || closed_ ||
+      nghttp2_session_want_write(session_) != 0) {
+    return;
   }
+  if (role_ == Role::Server && !shutting_down_ && close_after_flush_.empty()) {
+    // The client said it goes away and closes the connection itself. Closing at once, with what
+    // it sent meanwhile unread (a PING), would reset the connection (RST) under it: what it
+    // sends is read (nghttp2 takes no frame once closing) until it closes, or this long.
+    if (!linger_) {
+      linger_ = std::make_unique<asio::steady_timer>(executor_, std::chrono::seconds(1));
+      linger_->async_wait([weak = weak_from_this()](std::error_code ec) {
+        if (auto self = weak.lock(); self && !ec) self->close("");
+      });
+      if (!read_pending_) do_read();  // nghttp2 stopped wanting to read at the GOAWAY
+    }
+    return;
+  }
+  close("");
 }
 
 void Connection::post(std::function<void()> fn) {
@@ -765,6 +803,7 @@ void Connection::close(const std::string& reason, bool peer_gone) {
   if (closed_) return;
   closed_ = true;
   keepalive_.cancel();
+  if (linger_) linger_->cancel();
   transport_->close();
   if (reason.empty()) {
     KONN_LOG(logger(), debug, "{} closed", options_.log_name);
@@ -851,6 +890,7 @@ void Connection::arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::mil
 bool Connection::rejected(int32_t stream_id) {
   Stream* s = find(stream_id);
   return s != nullptr && s->rejected_ && rejected_open_ <= kMaxRejectedOpen;
+  // (max_concurrent_streams bounds them further: nghttp2 refuses streams beyond it.)
 }
 
 bool Connection::recently_closed(int32_t stream_id) const {
@@ -936,8 +976,14 @@ void Connection::finish_server_headers(Stream& s) {
       (content_type.size() == 16 || content_type[16] == '+' || content_type[16] == ';');
   if (method != "POST" || !grpc_type) {
     // Not a gRPC request: an HTTP error, as gRPC servers answer.
-    KONN_LOG(logger(), info, "{} stream {}: not a gRPC request (method {}, content-type {})",
-             options_.log_name, s.id_, method, content_type);
+    // One line a second at most: a peer can send these as fast as it likes.
+    static core::log::RateLimit limit;
+    if (uint64_t held = 0; limit.allow(&held)) {
+      KONN_LOG(logger(), info,
+               "{} stream {}: not a gRPC request (method {}, content-type {}){}",
+               options_.log_name, s.id_, method, content_type,
+               held > 0 ? fmt::format(" ({} more not logged)", held) : std::string());
+    }
     const char* status = method != "POST" ? "405" : "415";
     std::vector<nghttp2_nv> nv{make_nv(":status", status)};
     s.local_status_ = GrpcStatus{grpc_code::kInternal, "not a gRPC request"};
@@ -1088,6 +1134,7 @@ int Connection::on_frame_recv(const void* f) {
           options_.min_peer_ping_interval.count() > 0) {
         police_peer_ping();
       }
+
       if ((frame->hd.flags & NGHTTP2_FLAG_ACK) != 0 && ping_outstanding_) {
         ping_outstanding_ = false;
         keepalive_.expires_after(options_.keepalive_interval);

@@ -325,6 +325,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Calls on_drained of the streams whose send queue emptied (outside nghttp2's calls).
   void run_drained();
   void maybe_finish_shutdown();
+  // Whether the connection still reads: nghttp2 wants to, or a server lingers for the client's
+  // close after its GOAWAY (linger_).
+  bool wants_read();
   Stream* find(int32_t id);
 
   Role role_;
@@ -347,6 +350,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string recv_error_;         // why a callback failed the session (a connection error)
   // Server: the highest stream id the client opened, and the ids closed last (a ring).
   int32_t max_peer_stream_id_ = 0;
+  FrameScan scan_;  // the peer's frame heads (header_check.h)
+  // Server: the client sent GOAWAY and no stream is open; its own close is waited for (a
+  // second at most) while what it still sends is read, so that our close is a FIN, not a reset.
+  std::unique_ptr<asio::steady_timer> linger_;
+  bool read_pending_ = false;  // a transport read is outstanding
   std::array<int32_t, 32> recently_closed_{};
   size_t closed_next_ = 0;
   size_t rejected_open_ = 0;  // streams with rejected_ still open

@@ -1,5 +1,6 @@
 #include "core/h2/header_check.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <fmt/format.h>
@@ -170,6 +171,48 @@ bool HeaderBlockCheck::finish(bool end_stream) {
       return true;
   }
   return true;
+}
+
+bool FrameScan::ended(int32_t id) const {
+  for (int32_t e : ended_) {
+    if (e == id) return true;
+  }
+  return false;
+}
+
+std::optional<FrameScan::Violation> FrameScan::scan(std::string_view in) {
+  constexpr uint8_t kData = 0x0, kHeaders = 0x1, kRstStream = 0x3, kEndStream = 0x1;
+  size_t i = 0;
+  while (i < in.size()) {
+    if (skip_ > 0) {
+      const size_t n = std::min(skip_, in.size() - i);
+      skip_ -= n;
+      i += n;
+      continue;
+    }
+    const size_t head_start = i >= have_ ? i - have_ : 0;
+    const size_t n = std::min(sizeof(head_) - have_, in.size() - i);
+    std::copy_n(reinterpret_cast<const uint8_t*>(in.data()) + i, n, head_ + have_);
+    have_ += n;
+    i += n;
+    if (have_ < sizeof(head_)) break;
+    have_ = 0;
+    skip_ = static_cast<size_t>(head_[0]) << 16 | static_cast<size_t>(head_[1]) << 8 | head_[2];
+    const uint8_t type = head_[3];
+    const uint8_t flags = head_[4];
+    const auto id = static_cast<int32_t>((static_cast<uint32_t>(head_[5]) << 24 |
+                                          static_cast<uint32_t>(head_[6]) << 16 |
+                                          static_cast<uint32_t>(head_[7]) << 8 | head_[8]) &
+                                         0x7fffffffU);
+    if (id == 0) continue;
+    const bool data_or_headers = type == kData || type == kHeaders;
+    if (data_or_headers && ended(id)) return Violation{head_start, id};
+    if (type == kRstStream || (data_or_headers && (flags & kEndStream) != 0)) {
+      ended_[next_] = id;
+      next_ = (next_ + 1) % ended_.size();
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace konn::core::h2

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,6 +47,36 @@ class HeaderBlockCheck {
   bool regular_seen_ = false;
   std::string method_;
   std::optional<uint64_t> content_length_;
+};
+
+// The frame heads of what the peer sends, read before nghttp2 reads the bytes. nghttp2 keeps no
+// state for closed streams here (nghttp2_option_set_no_closed_streams: with an unbounded
+// concurrent-stream limit it kept every closed stream for the connection's life), so it drops a
+// DATA or HEADERS frame on a stream the peer already ended or reset without a word; RFC 9113 5.1
+// makes that STREAM_CLOSED. FrameScan remembers the last streams the peer ended (END_STREAM) or
+// reset (RST_STREAM) and finds such a frame. CONTINUATION, WINDOW_UPDATE, PRIORITY and
+// RST_STREAM stay allowed there.
+class FrameScan {
+ public:
+  // `preface`: bytes before the first frame (a server reads the client's 24-byte preface).
+  explicit FrameScan(size_t preface) : skip_(preface) {}
+
+  struct Violation {
+    size_t offset;  // where in the bytes given the frame's head starts (0: in an earlier read)
+    int32_t stream_id;
+  };
+  // Reads the frame heads in the next bytes of the connection; the first frame that breaks the
+  // rule, if any (nothing after it is read).
+  std::optional<Violation> scan(std::string_view in);
+
+ private:
+  bool ended(int32_t id) const;
+
+  size_t skip_;  // bytes until the next frame head
+  uint8_t head_[9] = {};
+  size_t have_ = 0;  // bytes of head_ read so far
+  std::array<int32_t, 64> ended_{};  // a ring of the streams the peer ended or reset
+  size_t next_ = 0;
 };
 
 }  // namespace konn::core::h2

@@ -89,3 +89,51 @@ TEST_CASE("header check: content-length is read", "[h2][headers]") {
   twice.add("content-length", "1");
   CHECK_FALSE(twice.add("content-length", "2"));
 }
+
+namespace {
+
+std::string head(uint32_t len, uint8_t type, uint8_t flags, uint32_t id) {
+  return {static_cast<char>(len >> 16), static_cast<char>(len >> 8), static_cast<char>(len),
+          static_cast<char>(type),      static_cast<char>(flags),    static_cast<char>(id >> 24),
+          static_cast<char>(id >> 16),  static_cast<char>(id >> 8),  static_cast<char>(id)};
+}
+
+}  // namespace
+
+TEST_CASE("frame scan: DATA or HEADERS after the peer ended or reset a stream", "[h2][headers]") {
+  using konn::core::h2::FrameScan;
+  const std::string preface(24, 'P');
+  const std::string request = head(3, 1, 0x4, 1) + "abc";          // HEADERS, stream 1
+  const std::string ended = head(2, 0, 0x1, 1) + "xy";              // DATA END_STREAM
+  const std::string window = head(4, 8, 0, 1) + std::string(4, 0);  // WINDOW_UPDATE: allowed
+  const std::string more = head(1, 0, 0, 1) + "z";                  // DATA after the end
+  SECTION("in one read") {
+    FrameScan scan(24);
+    const std::string in = preface + request + ended + window + more;
+    auto v = scan.scan(in);
+    REQUIRE(v);
+    CHECK(v->stream_id == 1);
+    CHECK(v->offset == in.size() - more.size());
+  }
+  SECTION("byte by byte") {
+    FrameScan scan(24);
+    const std::string in = preface + request + ended + window + more;
+    std::optional<FrameScan::Violation> v;
+    size_t at = 0;
+    for (; at < in.size() && !v; ++at) v = scan.scan(std::string_view(in).substr(at, 1));
+    REQUIRE(v);
+    CHECK(at == in.size() - more.size() + 9);  // found once its head is whole
+  }
+  SECTION("after RST_STREAM") {
+    FrameScan scan(0);
+    auto v = scan.scan(request + head(4, 3, 0, 1) + std::string(4, 0) + head(3, 1, 0x5, 1) +
+                       "abc");
+    REQUIRE(v);
+    CHECK(v->stream_id == 1);
+  }
+  SECTION("other streams and CONTINUATION go on") {
+    FrameScan scan(0);
+    CHECK_FALSE(scan.scan(head(3, 1, 0x1, 1) + "abc" + head(2, 9, 0x4, 1) + "de" +
+                          head(3, 1, 0x4, 3) + "abc" + head(1, 0, 0, 3) + "q"));
+  }
+}
