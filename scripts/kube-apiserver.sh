@@ -39,7 +39,8 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-  bash "$(dirname "$0")/apt-install.sh" --services=etcd "${missing[@]}"
+  # stdout carries only the binary's path (scripts/test.sh reads its last line).
+  bash "$(dirname "$0")/apt-install.sh" --services=etcd "${missing[@]}" >&2
   phase_done "installed ${missing[*]}"
 else
   phase_done "present"

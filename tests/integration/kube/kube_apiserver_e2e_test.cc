@@ -40,8 +40,8 @@ namespace {
 
 enum class Egress { grpc_uds, http_connect_uds, http_connect_tcp };
 
-const char* const kToken = "konn-kube-e2e-admin-token";
-const size_t kBigLogSize = 16u << 20;
+constexpr const char* kToken = "konn-kube-e2e-admin-token";
+constexpr size_t kBigLogSize = 16u << 20;
 
 // $KONN_KUBE_APISERVER, else the path CMake was configured with (scripts/kube-apiserver.sh
 // --path).
@@ -617,7 +617,8 @@ void run_checks(KubeStack& k) {
       o.binary = KONN_KUBECTL;
       o.search_path = true;
       o.log_path = k.dir.file("logs-f.log");
-      o.args = {"--kubeconfig=" + k.kubeconfig, "logs", "-f", "konn-pod"};
+      o.args = {"--kubeconfig=" + k.kubeconfig, "--cache-dir=" + k.dir.file("kubectl-cache"),
+                "logs", "-f", "konn-pod"};
       Process follow(o);
       // Lines keep arriving while the request is open: streamed, not buffered to the end.
       CHECK(follow.wait_for_log("follow line 5 of default/konn-pod/main", 30s));
