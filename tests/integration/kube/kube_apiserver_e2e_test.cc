@@ -696,6 +696,19 @@ void run_checks(KubeStack& k) {
     INFO(logs.output);
     CHECK(logs.exit_code != 0);
     CHECK_FALSE(contains(logs.output, "hello from the fake kubelet"));
+    auto exec = k.kubectl({"exec", "konn-pod", "--", "echo", "not", "through", "konn"});
+    INFO(exec.output);
+    CHECK(exec.exit_code != 0);
+    CHECK_FALSE(contains(exec.output, "not through konn"));
+    // Reading v2 needs the conversion webhook.
+    auto v2 = k.kubectl({"get", "widgets.v2.konn.test", "w1", "-o", "jsonpath={.spec.message}"});
+    INFO(v2.output);
+    CHECK(v2.exit_code != 0);
+    auto list =
+        k.kubectl({"get", "--raw", "/apis/wardle.konn.test/v1alpha1/namespaces/default/flunders"});
+    INFO(list.output);
+    CHECK(list.exit_code != 0);
+    CHECK_FALSE(contains(list.output, "flunder-1"));
   }
   INFO(k.logs());
   CHECK(k.server->running());
