@@ -70,9 +70,16 @@ if ! [ -f "$src_dir/$tarball" ] ||
   apt_dir=$dir/apt
   mkdir -p "$apt_dir/sources.list.d" "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" \
     "$src_dir"
+  rm -f "$apt_dir/sources.list.d/"*
   sources=/etc/apt/sources.list.d/debian.sources
-  [ -f "$sources" ] || { echo "kube-apiserver: $sources not found" >&2; exit 1; }
-  sed 's/^Types:.*/Types: deb-src/' "$sources" >"$apt_dir/sources.list.d/debian-src.sources"
+  if [ -f "$sources" ]; then
+    sed 's/^Types:.*/Types: deb-src/' "$sources" >"$apt_dir/sources.list.d/debian-src.sources"
+  elif grep -qs '^deb ' /etc/apt/sources.list; then  # the one-line format of older installs
+    sed -n 's/^deb /deb-src /p' /etc/apt/sources.list >"$apt_dir/sources.list.d/debian-src.list"
+  else
+    echo "kube-apiserver: no Debian sources in $sources or /etc/apt/sources.list" >&2
+    exit 1
+  fi
   apt_opts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$apt_dir/sources.list.d"
     -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
     -o "APT::Sandbox::User=root" -o "Debug::NoLocking=1")
