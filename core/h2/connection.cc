@@ -888,9 +888,10 @@ void Connection::arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::mil
 }
 
 bool Connection::rejected(int32_t stream_id) {
+  // Past kMaxRejectedOpen such streams are reset as any other (max_concurrent_streams bounds them
+  // too: nghttp2 refuses streams beyond it).
   Stream* s = find(stream_id);
   return s != nullptr && s->rejected_ && rejected_open_ <= kMaxRejectedOpen;
-  // (max_concurrent_streams bounds them further: nghttp2 refuses streams beyond it.)
 }
 
 bool Connection::recently_closed(int32_t stream_id) const {
@@ -1134,7 +1135,6 @@ int Connection::on_frame_recv(const void* f) {
           options_.min_peer_ping_interval.count() > 0) {
         police_peer_ping();
       }
-
       if ((frame->hd.flags & NGHTTP2_FLAG_ACK) != 0 && ping_outstanding_) {
         ping_outstanding_ = false;
         keepalive_.expires_after(options_.keepalive_interval);
