@@ -4,8 +4,6 @@
 // upstream's Go agent does (no konn flow control: it sends what its destination gives as fast as
 // it gives it). Real processes and sockets only; the HTTP origin is tests/support's HttpServer.
 
-#include <openssl/evp.h>
-
 #include <fstream>
 #include <memory>
 #include <regex>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <openssl/evp.h>
 
 #include "tests/integration/tunnel/tunnel_stack.h"
 #include "tests/support/process_runner.h"
@@ -37,6 +36,17 @@ void require_built(const std::vector<std::string>& names) {
   }
 }
 
+std::string hex(const unsigned char* md, unsigned int len) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += digits[md[i] >> 4];
+    out += digits[md[i] & 15];
+  }
+  return out;
+}
+
+// SHA-256 of HttpServer's /bytes/<total> body.
 std::string hex_sha256_of_pattern(uint64_t total) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
@@ -50,26 +60,14 @@ std::string hex_sha256_of_pattern(uint64_t total) {
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx, md, &len);
   EVP_MD_CTX_free(ctx);
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += digits[md[i] >> 4];
-    out += digits[md[i] & 15];
-  }
-  return out;
+  return hex(md, len);
 }
 
 std::string hex_sha256(const std::string& s) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(s.data(), s.size(), md, &len, EVP_sha256(), nullptr);
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += digits[md[i] >> 4];
-    out += digits[md[i] & 15];
-  }
-  return out;
+  return hex(md, len);
 }
 
 // Peak resident set of process `pid` (VmHWM), in bytes; 0 when unreadable.
@@ -91,8 +89,7 @@ struct Fetch {
 
 std::vector<Fetch> parse_fetches(const std::string& out) {
   std::vector<Fetch> r;
-  static const std::regex line(
-      R"re(\{"status":(\d+),"bytes":(\d+),"sha256":"([0-9a-f]{64})")re");
+  static const std::regex line(R"re(\{"status":(\d+),"bytes":(\d+),"sha256":"([0-9a-f]{64})")re");
   for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
        ++it) {
     r.push_back(Fetch{std::stoi((*it)[1].str()), std::stoull((*it)[2].str()), (*it)[3].str()});
@@ -110,9 +107,12 @@ struct Peers {
       ProcessOptions o;
       o.binary = "upstream-agent";
       o.log_path = dir.file("upstream-agent.log");
-      o.args = {"--addr=127.0.0.1:" + std::to_string(server.agent_port()), "--ca=" + certs.ca_crt,
-                "--cert=" + certs.agent_crt, "--key=" + certs.agent_key,
-                "--agent-id=upstream-1", "--identifiers=host=localhost"};
+      o.args = {"--addr=127.0.0.1:" + std::to_string(server.agent_port()),
+                "--ca=" + certs.ca_crt,
+                "--cert=" + certs.agent_crt,
+                "--key=" + certs.agent_key,
+                "--agent-id=upstream-1",
+                "--identifiers=host=localhost"};
       agent = std::make_unique<Process>(std::move(o));
       agent_id = "upstream-1";
     } else {
@@ -135,8 +135,7 @@ struct Peers {
       o.args = {"--uds=" + server.uds_path()};
     } else {
       o.args = {"--addr=127.0.0.1:" + std::to_string(server.frontend_port()),
-                "--cert=" + certs.client_crt, "--key=" + certs.client_key,
-                "--ca=" + certs.ca_crt};
+                "--cert=" + certs.client_crt, "--key=" + certs.client_key, "--ca=" + certs.ca_crt};
     }
     o.args.insert(o.args.end(), extra.begin(), extra.end());
     return konn::testsupport::run_process(std::move(o), timeout);
@@ -166,13 +165,9 @@ void expect_hello(Peers& p, const std::vector<std::string>& flags, int requests 
   args.push_back("--url=" + p.url("/hello"));
   args.push_back("--requests=" + std::to_string(requests));
   auto r = p.kas_client(args);
-  INFO("kas-client " << [&] {
-    std::string s;
-    for (const auto& a : args) s += a + " ";
-    return s;
-  }() << "\noutput:\n"
-                     << r.output << "\n"
-                     << p.logs());
+  std::string command = "kas-client";
+  for (const auto& a : args) command += " " + a;
+  INFO(command << "\noutput:\n" << r.output << "\n" << p.logs());
   REQUIRE(r.exit_code == 0);
   auto fetches = parse_fetches(r.output);
   REQUIRE(fetches.size() == static_cast<size_t>(requests));
@@ -195,8 +190,7 @@ TEST_CASE("kube-apiserver's dial over the unix socket: the socket path as :autho
   CHECK(p.server.process().count_in_log("Invalid HTTP header field") == 0);
 }
 
-TEST_CASE("kube-apiserver's dial over the unix socket: other :authority values",
-          "[e2e][peers]") {
+TEST_CASE("kube-apiserver's dial over the unix socket: other :authority values", "[e2e][peers]") {
   require_built({"proxy-server", "proxy-agent", "kas-client"});
   Peers p(ServerSpec{}, false);
   // What other clients and grpc-go versions send: unix:// targets give "localhost", some give
@@ -204,7 +198,8 @@ TEST_CASE("kube-apiserver's dial over the unix socket: other :authority values",
   SECTION("localhost") { expect_hello(p, {"--authority=localhost"}); }
   SECTION("host:port") { expect_hello(p, {"--authority=127.0.0.1:8131"}); }
   SECTION("percent-encoded path") {
-    expect_hello(p, {"--authority=%2Fetc%2Fkubernetes%2Fkonnectivity-server%2Fkonnectivity-server.socket"});
+    expect_hello(
+        p, {"--authority=%2Fetc%2Fkubernetes%2Fkonnectivity-server%2Fkonnectivity-server.socket"});
   }
 }
 
@@ -223,8 +218,7 @@ TEST_CASE("kube-apiserver's dial over TCP with mutual TLS: host:port as :authori
   expect_hello(p, {}, 2);
 }
 
-TEST_CASE("upstream's agent: dial, data both ways and close through proxy-server",
-          "[e2e][peers]") {
+TEST_CASE("upstream's agent: dial, data both ways and close through proxy-server", "[e2e][peers]") {
   require_built({"proxy-server", "upstream-agent", "kas-client"});
   Peers p(ServerSpec{}, true);
   expect_hello(p, {"--authority=localhost"}, 2);
@@ -247,10 +241,10 @@ TEST_CASE("upstream's agent: 256 MiB to a client that reads slower than the dest
   constexpr uint64_t kTotal = konn::testsupport::scaled_bytes(256ull << 20);
   const std::string want = hex_sha256_of_pattern(kTotal);
   auto start = std::chrono::steady_clock::now();
-  auto r = p.kas_client({"--url=" + p.url("/bytes/" + std::to_string(kTotal)),
-                         "--authority=localhost", "--read-rate=" + std::to_string(16 << 20),
-                         "--read-chunk=65536", "--timeout=150s"},
-                        170s);
+  auto r = p.kas_client(
+      {"--url=" + p.url("/bytes/" + std::to_string(kTotal)), "--authority=localhost",
+       "--read-rate=" + std::to_string(16 << 20), "--read-chunk=65536", "--timeout=150s"},
+      170s);
   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   INFO("kas-client output:\n" << r.output << "\n" << p.logs() << "\nseconds: " << secs);
   REQUIRE(r.exit_code == 0);
