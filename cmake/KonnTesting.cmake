@@ -24,6 +24,9 @@ function(konn_add_unit_tests name)
   # Built binaries and the source tree are found through KONN_BIN_DIR / KONN_SOURCE_DIR when set,
   # else through defaults compiled into tests/support (a list-valued ENVIRONMENT would be split
   # by catch_discover_tests, so only one variable is passed here).
+  if("unit" IN_LIST labels OR "integration" IN_LIST labels)
+    add_dependencies(konn_tsan_set ${name})
+  endif()
   catch_discover_tests(${name} PROPERTIES LABELS "${labels}" TIMEOUT 300
     ENVIRONMENT "KONN_BIN_DIR=${PROJECT_BINARY_DIR}/bin")
 endfunction()
@@ -36,6 +39,9 @@ function(konn_add_executable name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
   konn_set_warnings(${name})
+  if(NOT CMAKE_CURRENT_SOURCE_DIR MATCHES "^${PROJECT_SOURCE_DIR}/bench")
+    add_dependencies(konn_tsan_set ${name})
+  endif()
 endfunction()
 
 # konn_add_fuzzer(name SOURCES ... DEPS ...): a libFuzzer target under the `fuzz` preset
