@@ -34,6 +34,10 @@ constexpr size_t kMaxHeaderBlock = 64 * 1024;
 // count towards), and this much of each one's body.
 constexpr size_t kMaxRejectedOpen = 1024;
 constexpr uint64_t kMaxRejectedBody = 64 * 1024;
+// Frames nghttp2 may hold for a write in flight (answers, resets, ACKs) before reading stops
+// until the write completes: a peer that sends requests without reading the answers must not
+// grow the queue without bound.
+constexpr size_t kMaxQueuedFrames = 4096;
 
 const std::shared_ptr<spdlog::logger>& logger() {
   static const auto log = core::log::get("h2");
@@ -229,6 +233,10 @@ WriteHold::~WriteHold() {
 // --- Stream ---------------------------------------------------------------------------------
 
 size_t Stream::buffered_bytes() const { return inbox_bytes_ + decoder_.partial_bytes(); }
+
+size_t Stream::aligned_message_limit() const {
+  return conn_ == nullptr ? 0 : conn_->aligned_message_limit();
+}
 
 bool Stream::send_message(std::string_view payload) {
   std::string framed;
@@ -646,9 +654,17 @@ void Connection::do_read() {
     self->read_pending_ = false;
     if (self->closed_) return;
     if (ec) {
+      if (self->linger_) {
+        self->close(self->linger_reason_, peer_went_away(ec));
+        return;
+      }
       self->close(ec == asio::error::eof ? std::string("the peer closed the connection")
                                          : fmt::format("read: {}", ec.message()),
                   peer_went_away(ec));
+      return;
+    }
+    if (self->discard_input_) {
+      self->do_read();  // lingering: the client's bytes are dropped until it closes
       return;
     }
     const auto bad = self->scan_.scan(in);
@@ -683,7 +699,12 @@ void Connection::do_read() {
     self->flush();
     if (!self->closed_ && self->close_after_flush_.empty() && self->wants_read() &&
         !self->read_pending_) {
-      self->do_read();
+      if (self->writing_ && nghttp2_session_get_outbound_queue_size(self->session_) >
+                                kMaxQueuedFrames) {
+        self->read_waits_for_write_ = true;  // resumed when the write completes
+      } else {
+        self->do_read();
+      }
     }
   });
 }
@@ -734,20 +755,49 @@ void Connection::flush() {
                                 return;
                               }
                               self->flush();
+                              if (self->read_waits_for_write_ && !self->closed_ &&
+                                  !self->writing_) {
+                                self->read_waits_for_write_ = false;
+                                if (self->close_after_flush_.empty() && self->wants_read() &&
+                                    !self->read_pending_) {
+                                  self->do_read();
+                                }
+                              }
                             });
   }
   // Streams whose queue emptied while the batch was full may send more now.
   run_drained();
   if (writing_ || closed_) return;
   if (!close_after_flush_.empty()) {
-    close(close_after_flush_);
+    linger_close(close_after_flush_);
     return;
   }
   maybe_finish_shutdown();
-  if (closed_) return;
-  if (!wants_read() && nghttp2_session_want_write(session_) == 0) {
-    close(goaway_received_ || shutting_down_ ? "" : "HTTP/2 session ended");
+  if (closed_ || linger_) return;
+  if (nghttp2_session_want_read(session_) == 0 && nghttp2_session_want_write(session_) == 0) {
+    if (goaway_received_ || shutting_down_) {
+      close("");
+    } else {
+      linger_close("HTTP/2 session ended");  // nghttp2 ended it, its GOAWAY written
+    }
   }
+}
+
+void Connection::linger_close(std::string reason) {
+  if (role_ != Role::Server) {
+    close(reason);
+    return;
+  }
+  discard_input_ = true;
+  if (linger_ || closed_) return;
+  linger_reason_ = std::move(reason);
+  keepalive_.cancel();
+  end_streams(linger_reason_);  // the calls end now; only the socket lingers
+  linger_ = std::make_unique<asio::steady_timer>(executor_, std::chrono::seconds(1));
+  linger_->async_wait([weak = weak_from_this()](std::error_code ec) {
+    if (auto self = weak.lock(); self && !ec) self->close(self->linger_reason_);
+  });
+  if (!read_pending_) do_read();
 }
 
 bool Connection::wants_read() {
@@ -767,17 +817,10 @@ void Connection::maybe_finish_shutdown() {
       nghttp2_session_want_write(session_) != 0) {
     return;
   }
-  if (role_ == Role::Server && !shutting_down_ && close_after_flush_.empty()) {
+  if (!shutting_down_ && close_after_flush_.empty()) {
     // The client said it goes away and closes the connection itself. Closing at once, with what
-    // it sent meanwhile unread (a PING), would reset the connection (RST) under it: what it
-    // sends is read (nghttp2 takes no frame once closing) until it closes, or this long.
-    if (!linger_) {
-      linger_ = std::make_unique<asio::steady_timer>(executor_, std::chrono::seconds(1));
-      linger_->async_wait([weak = weak_from_this()](std::error_code ec) {
-        if (auto self = weak.lock(); self && !ec) self->close("");
-      });
-      if (!read_pending_) do_read();  // nghttp2 stopped wanting to read at the GOAWAY
-    }
+    // it sent meanwhile unread (a PING), would reset the connection (RST) under it.
+    linger_close("");
     return;
   }
   close("");
@@ -799,6 +842,17 @@ void Connection::shutdown() {
   flush();
 }
 
+void Connection::end_streams(const std::string& reason) {
+  auto streams = std::move(streams_);
+  streams_.clear();
+  const GrpcStatus st{grpc_code::kUnavailable,
+                      reason.empty() ? std::string("the connection closed") : reason};
+  for (auto& [id, s] : streams) s->end(st);
+  for (auto& weak : std::exchange(parked_, {})) {
+    if (auto s = weak.lock(); s && !s->ended_) s->end(s->pending_end_.value_or(st));
+  }
+}
+
 void Connection::close(const std::string& reason, bool peer_gone) {
   if (closed_) return;
   closed_ = true;
@@ -812,14 +866,7 @@ void Connection::close(const std::string& reason, bool peer_gone) {
   } else {
     KONN_LOG(logger(), info, "{} closed: {}", options_.log_name, reason);
   }
-  auto streams = std::move(streams_);
-  streams_.clear();
-  const GrpcStatus st{grpc_code::kUnavailable,
-                      reason.empty() ? std::string("the connection closed") : reason};
-  for (auto& [id, s] : streams) s->end(st);
-  for (auto& weak : std::exchange(parked_, {})) {
-    if (auto s = weak.lock(); s && !s->ended_) s->end(s->pending_end_.value_or(st));
-  }
+  end_streams(reason);
   if (auto cb = std::move(on_close_)) cb(reason);
   on_call_ = nullptr;
   on_goaway_ = nullptr;
@@ -885,6 +932,25 @@ void Connection::arm_deadline(const std::shared_ptr<Stream>& s, std::chrono::mil
     stream->local_status_ = st;
     stream->cancel();
   });
+}
+
+size_t Connection::aligned_message_limit() {
+  if (role_ != Role::Server) return 0;
+  return nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE) / 2;
+}
+
+void Connection::resume_window_deferred(int32_t stream_id) {
+  auto resume = [this](Stream& s) {
+    if (!s.window_deferred_) return;
+    s.window_deferred_ = false;
+    s.deferred_ = false;
+    nghttp2_session_resume_data(session_, s.id_);
+  };
+  if (stream_id != 0) {
+    if (Stream* s = find(stream_id)) resume(*s);
+    return;
+  }
+  for (auto& [id, s] : streams_) resume(*s);
 }
 
 bool Connection::rejected(int32_t stream_id) {
@@ -1128,7 +1194,13 @@ int Connection::on_frame_recv(const void* f) {
       break;
     }
     case NGHTTP2_SETTINGS:
-      if ((frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) peer_settings_received_ = true;
+      if ((frame->hd.flags & NGHTTP2_FLAG_ACK) == 0) {
+        peer_settings_received_ = true;
+        resume_window_deferred(0);  // the initial window may have grown
+      }
+      break;
+    case NGHTTP2_WINDOW_UPDATE:
+      resume_window_deferred(frame->hd.stream_id);
       break;
     case NGHTTP2_PING:
       if ((frame->hd.flags & NGHTTP2_FLAG_ACK) == 0 && role_ == Role::Server &&
@@ -1281,7 +1353,17 @@ ssize_t Connection::read_data(int32_t stream_id, uint8_t*, size_t length, uint32
   }
   // The frame's bytes are copied from the send queue straight into the write buffer by
   // send_data(), which nghttp2 calls next, not into nghttp2's frame buffer first.
-  const size_t n = std::min(length, s.queued_bytes_);
+  size_t n = std::min(length, s.queued_bytes_);
+  if (role_ == Role::Server && n > 0) {
+    n = aligned_take(s, n);
+    if (n == 0) {
+      // The next message does not fit the peer's windows whole: it waits for a WINDOW_UPDATE
+      // (resume_window_deferred) rather than going in part.
+      s.deferred_ = true;
+      s.window_deferred_ = true;
+      return NGHTTP2_ERR_DEFERRED;
+    }
+  }
   if (n > 0) *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
   if (n == s.queued_bytes_) {  // the queue empties with this frame
     if (s.local_end_) {
@@ -1302,6 +1384,26 @@ ssize_t Connection::read_data(int32_t stream_id, uint8_t*, size_t length, uint32
     }
   }
   return static_cast<ssize_t>(n);
+}
+
+size_t Connection::aligned_take(const Stream& s, size_t n) {
+  const size_t limit = aligned_message_limit();
+  const int64_t window = std::max<int64_t>(
+      0, std::min(nghttp2_session_get_stream_remote_window_size(session_, s.id_),
+                  nghttp2_session_get_remote_window_size(session_)));
+  size_t take = 0;
+  size_t offset = s.out_offset_;
+  for (const auto& m : s.outbox_) {
+    const size_t left = m.size() - offset;
+    const bool begun = offset > 0;
+    offset = 0;
+    // A message is begun only when the windows take all of it (one over the limit goes as they
+    // allow); one already begun is finished, the windows having had room for it.
+    if (!begun && left <= limit && static_cast<int64_t>(take + left) > window) break;
+    take += left;
+    if (take >= n) return n;
+  }
+  return take;
 }
 
 int Connection::send_data(const void* f, const uint8_t* framehd, size_t length) {
@@ -1340,8 +1442,13 @@ int Connection::send_data(const void* f, const uint8_t* framehd, size_t length) 
   if (padlen > 1) out_.append(padlen - 1, '\0');
   s.queued_bytes_ -= length;
   if (s.outbox_.empty() && length > 0 && s.on_drained_) drained_.push_back(it->second);
-  // A full batch goes out before nghttp2 packs another frame (flush() writes it).
-  return out_.size() >= kWriteBatch ? NGHTTP2_ERR_PAUSE : 0;
+  // A full batch goes out before nghttp2 packs another frame (flush() writes it), but not in the
+  // middle of a message that is sent whole (aligned_message_limit): a peer that stops reading
+  // would otherwise hold the rest of it back, and an abort could only cut it.
+  if (out_.size() < kWriteBatch) return 0;
+  const bool mid_aligned = s.out_offset_ > 0 && !s.outbox_.empty() &&
+                           s.outbox_.front().size() <= aligned_message_limit();
+  return mid_aligned ? 0 : NGHTTP2_ERR_PAUSE;
 }
 
 }  // namespace konn::core::h2

@@ -118,6 +118,9 @@ class Stream {
   // Received and decoded but undelivered bytes plus a partial message (what a paused stream
   // holds).
   size_t buffered_bytes() const;
+  // Server role: messages up to this size are sent whole or not begun (see Connection's
+  // "message-aligned sending"); larger ones go as the window allows.
+  size_t aligned_message_limit() const;
   // Called (on the connection's thread) when queued_bytes() drops to 0 after a send.
   void set_on_drained(std::function<void()> cb) { on_drained_ = std::move(cb); }
   void set_callbacks(StreamCallbacks cb) { cb_ = std::move(cb); }
@@ -167,6 +170,7 @@ class Stream {
   size_t queued_bytes_ = 0;
   bool data_started_ = false;  // a data provider is attached (request / response headers sent)
   bool deferred_ = false;      // the data provider returned DEFERRED
+  bool window_deferred_ = false;  // deferred until the peer's window takes the next whole message
   bool local_end_ = false;     // half_close() / finish() asked
   bool local_done_ = false;    // END_STREAM (or trailers) handed to HTTP/2
   bool headers_sent_ = false;  // server: response headers submitted
@@ -286,6 +290,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Role role() const { return role_; }
   const ConnectionOptions& options() const { return options_; }
 
+  // Server role: the size up to which a message is begun only when the peer's windows take all of
+  // it (half the peer's SETTINGS_INITIAL_WINDOW_SIZE), so a call aborted while the peer does not
+  // read ends between messages, where its status can still be read (grpc-go before 1.73 reports
+  // any end in the middle of a message, trailers or reset, as INTERNAL "unexpected EOF"). Half:
+  // gRPC clients give window back by the time a quarter (grpc-go) or a half (nghttp2, gRPC C++)
+  // of it was read, so a message of that size always fits again, and waiting cannot deadlock.
+  size_t aligned_message_limit();
+
   // Internal (nghttp2 callbacks, Stream and WriteHold).
   void flush();
   void hold_writes() { ++write_holds_; }
@@ -328,6 +340,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Whether the connection still reads: nghttp2 wants to, or a server lingers for the client's
   // close after its GOAWAY (linger_).
   bool wants_read();
+  // Server: closes with `reason` once the client closed or a second passed, reading and dropping
+  // what it sends meanwhile (linger_). Client: closes at once.
+  void linger_close(std::string reason);
+  // Ends every open (and parked) stream with UNAVAILABLE and `reason`.
+  void end_streams(const std::string& reason);
   Stream* find(int32_t id);
 
   Role role_;
@@ -351,10 +368,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Server: the highest stream id the client opened, and the ids closed last (a ring).
   int32_t max_peer_stream_id_ = 0;
   FrameScan scan_;  // the peer's frame heads (header_check.h)
-  // Server: the client sent GOAWAY and no stream is open; its own close is waited for (a
-  // second at most) while what it still sends is read, so that our close is a FIN, not a reset.
+  // Server: a lingering close (linger_close): what the client still sends is read and dropped
+  // until it closes, or for a second, so that our close is a FIN after our last frames (a
+  // GOAWAY with its reason), not a reset that can destroy them unread.
   std::unique_ptr<asio::steady_timer> linger_;
+  std::string linger_reason_;
+  bool discard_input_ = false;
   bool read_pending_ = false;  // a transport read is outstanding
+  // Reading waits for the write in flight: what the peer's frames made us queue (answers, resets)
+  // is past kMaxQueuedFrames, because the peer sends faster than it reads.
+  bool read_waits_for_write_ = false;
+  // Server role: how much of `n` bytes of the stream's queue the next DATA frame may take so that
+  // no message within aligned_message_limit() is begun unless the peer's windows take all of it
+  // (0: the next message waits).
+  size_t aligned_take(const Stream& s, size_t n);
+  // Resumes the streams deferred for a whole message (window_deferred_): `stream_id`, or all (0).
+  void resume_window_deferred(int32_t stream_id);
   std::array<int32_t, 32> recently_closed_{};
   size_t closed_next_ = 0;
   size_t rejected_open_ = 0;  // streams with rejected_ still open

@@ -748,6 +748,41 @@ TEST_CASE("h2 server: abort sends its status at once to a gRPC C++ client that s
   CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
+TEST_CASE("h2 server: a client that stopped reading is left between messages, so abort's status "
+          "reaches it", "[h2][interop][flow]") {
+  // Message-aligned sending: a message the client's windows cannot take whole waits, so when the
+  // client stops reading nothing is half sent, and the status goes in trailers with its message.
+  std::mutex mu;
+  std::shared_ptr<Stream> held;
+  H2Server server(Kind::Tcp, [&](const std::shared_ptr<Stream>& s, const CallInfo&) {
+    {
+      std::lock_guard lock(mu);
+      held = s;
+    }
+    s->set_callbacks({});
+    REQUIRE(s->aligned_message_limit() >= 20100);
+    for (int i = 0; i < 400; ++i) s->send_message(serialized(data_packet(i, std::string(20000, 'a'))));
+  });
+  auto stub = AgentService::NewStub(channel_to(server));
+  grpc::ClientContext ctx;
+  auto stream = stub->Connect(&ctx);
+  REQUIRE(stream->Write(data_packet(1, "go")));
+  std::this_thread::sleep_for(300ms);  // the client reads nothing meanwhile
+  CHECK(server.loop().run([&] { return held->queued_bytes(); }) > 0);
+  server.loop().run([&] {
+    held->abort({8, "over the tunnel's cap"});
+    return 0;
+  });
+  Packet p;
+  int read = 0;
+  while (stream->Read(&p)) ++read;
+  CHECK(read > 0);
+  CHECK(read < 400);
+  const auto status = stream->Finish();
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(status.error_message() == "over the tunnel's cap");  // trailers, not a reset
+}
+
 TEST_CASE("h2 server: abort between messages sends its status in trailers", "[h2][interop][flow]") {
   std::mutex mu;
   std::shared_ptr<Stream> held;

@@ -1,9 +1,14 @@
 #include "core/tunnel/h2_server_stream.h"
 
+#include <algorithm>
+
 #include "core/tunnel/packet.h"
 
 namespace konn::core::tunnel {
 namespace {
+
+// A Packet's framing around its DATA payload: the gRPC prefix and the protobuf fields.
+constexpr size_t kFramingSlack = 64;
 
 h2::GrpcStatus to_h2(const grpc::Status& s) {
   return h2::GrpcStatus{static_cast<int>(s.error_code()), s.error_message()};
@@ -53,6 +58,11 @@ void H2ServerStream::write_packet(const Packet* p) {
   FramedPacket framed = frame_packet(*p);
   write_outstanding_ = true;
   auto stream = stream_;  // its end may come inside
+  // Merged DATA stays within what the peer's window takes whole (h2's message-aligned sending),
+  // so that a call aborted while the peer does not read ends between messages.
+  if (const size_t whole = stream->aligned_message_limit(); whole > 2 * kFramingSlack) {
+    set_coalesce_limit(std::min(kCoalesceLimit, whole - kFramingSlack));
+  }
   if (!stream->send_framed(std::move(framed.head), framed.payload)) {
     write_outstanding_ = false;
     handle_write_done(false);

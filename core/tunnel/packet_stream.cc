@@ -74,7 +74,7 @@ bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
       Item& back = queue->back();
       if (back.packet.type() == p.type() && back.listener == listener &&
           back.packet.data().connectid() == p.data().connectid() &&
-          back.bytes + bytes <= kCoalesceLimit) {
+          back.bytes + bytes <= coalesce_limit_.load(std::memory_order_relaxed)) {
         back.packet.mutable_data()->mutable_data()->append(p.data().data());
         back.bytes += bytes;
         return true;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -12,6 +13,7 @@
 #include <grpcpp/support/stub_options.h>
 
 #include "core/relay/read_gate.h"
+#include "core/tunnel/packet.h"
 #include "konnectivity/client.pb.h"
 
 namespace konn::core::tunnel {
@@ -79,6 +81,9 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   void start_reading();
   // Call from OnDone, before dropping the self reference.
   void mark_done();
+  // Waiting DATA of one tunnel is merged up to this many bytes (kCoalesceLimit until set); a
+  // transport lowers it to what it sends whole (H2ServerStream). Any thread.
+  void set_coalesce_limit(size_t bytes) { coalesce_limit_.store(bytes, std::memory_order_relaxed); }
 
   // Implemented by the reactor; called with no lock held, never after the finish operation.
   virtual void start_write_op(const Packet* p, grpc::WriteOptions opts) = 0;
@@ -140,6 +145,7 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   int starting_ = 0;       // Start*/cancel calls executing outside the lock
   grpc::Status status_;
   Packet in_;  // target of the outstanding read
+  std::atomic<size_t> coalesce_limit_{kCoalesceLimit};
 };
 
 }  // namespace konn::core::tunnel
