@@ -20,6 +20,13 @@ class ClientBacklog {
  public:
   using Clock = std::chrono::steady_clock;
 
+  ClientBacklog() = default;
+  ClientBacklog(const ClientBacklog&) = delete;
+  ClientBacklog& operator=(const ClientBacklog&) = delete;
+  // A tunnel that ends on a path that never released (a dial that failed after bind) leaves
+  // nothing behind in its backend.
+  ~ClientBacklog() { release(); }
+
   // From now on bytes count towards `backend` (a tunnel established through an agent without
   // flow control), which watches `owner` for a stalled client until release().
   void bind(std::shared_ptr<Backend> backend, std::weak_ptr<Frontend> owner);
