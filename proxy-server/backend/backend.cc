@@ -6,6 +6,7 @@
 #include "proxy-server/auth/identifier_check.h"
 #include "proxy-server/auth/token_reviewer.h"
 #include "proxy-server/node/node_service.h"
+#include "proxy-server/tunnel/client_backlog.h"
 #include "proxy-server/tunnel/frontend.h"
 #include "proxy-server/tunnel/router.h"
 
@@ -300,14 +301,14 @@ void Backend::client_backlog(int64_t delta) {
   }
 }
 
-void Backend::watch_client(const void* key, std::weak_ptr<Frontend> frontend) {
+void Backend::watch_client(const ClientBacklog* backlog, std::weak_ptr<Frontend> frontend) {
   std::lock_guard lock(watched_mu_);
-  watched_[key] = std::move(frontend);
+  watched_[backlog] = std::move(frontend);
 }
 
-void Backend::unwatch_client(const void* key) {
+void Backend::unwatch_client(const ClientBacklog* backlog) {
   std::lock_guard lock(watched_mu_);
-  watched_.erase(key);
+  watched_.erase(backlog);
 }
 
 void Backend::update_client_gate() {
@@ -350,16 +351,23 @@ void Backend::check_stalled_clients() {
   if (!paused_for_clients_.load() || over_) return;
   const auto bound = router_.options().stalled_client_timeout;
   const auto now = std::chrono::steady_clock::now();
-  std::vector<std::shared_ptr<Frontend>> watched;
+  // Each frontend is held while its backlog is read: the backlog is one of its members.
+  std::vector<std::pair<std::shared_ptr<Frontend>, const ClientBacklog*>> watched;
   {
     std::lock_guard lock(watched_mu_);
     watched.reserve(watched_.size());
-    for (const auto& [key, weak] : watched_) {
-      if (auto f = weak.lock()) watched.push_back(std::move(f));
+    for (const auto& [backlog, weak] : watched_) {
+      if (auto f = weak.lock()) watched.emplace_back(std::move(f), backlog);
     }
   }
-  for (auto& f : watched) {
-    if (f->client_stalled_for(now) >= bound) f->close_stalled(bound);
+  for (auto& [f, backlog] : watched) {
+    if (backlog->stalled_for(now) < bound) continue;
+    KONN_CONN_LOG(log_, warn, *f,
+                  "closing tunnel: the client took none of the {} bytes waiting for it in {} ms "
+                  "(--stalled-client-timeout) while agent {} waited; its other tunnels move again",
+                  backlog->waiting(),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(bound).count(), agent_id_);
+    f->close_stalled(bound);
   }
   if (paused_for_clients_.load()) arm_stall_check();
 }

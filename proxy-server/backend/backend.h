@@ -24,6 +24,7 @@
 
 namespace konn::server {
 
+class ClientBacklog;
 class Router;
 
 // One agent's `AgentService/Connect` stream: the backend that carries many tunnels. With konn's
@@ -81,9 +82,10 @@ class Backend : public core::tunnel::H2ServerStream {
   int64_t client_backlog_bytes() const { return client_backlog_.load(); }
   // The tunnels whose clients client_backlog counts (ClientBacklog::bind), looked at for a
   // stalled client while the stream waits; kept until release, even after the agent closed the
-  // tunnel and its last bytes still wait for the client. Any thread.
-  void watch_client(const void* key, std::weak_ptr<Frontend> frontend);
-  void unwatch_client(const void* key);
+  // tunnel and its last bytes still wait for the client. `backlog` lives in `frontend`: it is
+  // read only while the frontend is held. Any thread.
+  void watch_client(const ClientBacklog* backlog, std::weak_ptr<Frontend> frontend);
+  void unwatch_client(const ClientBacklog* backlog);
   static constexpr int64_t kClientBacklogHigh = 4 * 1024 * 1024;
 
   // Public only for make_shared; use serve().
@@ -139,7 +141,7 @@ class Backend : public core::tunnel::H2ServerStream {
   std::atomic<bool> paused_for_clients_{false};  // written on the home thread only
   std::unique_ptr<asio::steady_timer> stall_timer_;  // home thread
   std::mutex watched_mu_;
-  std::unordered_map<const void*, std::weak_ptr<Frontend>> watched_;
+  std::unordered_map<const ClientBacklog*, std::weak_ptr<Frontend>> watched_;
   bool over_ = false;  // OnDone ran (home thread)
 };
 

@@ -409,10 +409,6 @@ void GrpcFrontend::close_unread(const std::string& reason) {
 
 void GrpcFrontend::close_stalled(std::chrono::steady_clock::duration bound) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(bound).count();
-  KONN_CONN_LOG(log_, warn, *this,
-                "closing tunnel: the client took none of the {} bytes waiting for it in {} ms "
-                "(--stalled-client-timeout) while agent {} waited; its other tunnels move again",
-                backlog_.waiting(), ms, agent_id_);
   close_unread(fmt::format("client took nothing for {} ms (--stalled-client-timeout)", ms));
 }
 

@@ -60,10 +60,6 @@ class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
   void deliver_window_update(int64_t bytes) override;
   void deliver_close_write(Packet&& p) override;
   void backend_gone() override;
-  std::chrono::steady_clock::duration client_stalled_for(
-      std::chrono::steady_clock::time_point now) const override {
-    return backlog_.stalled_for(now);
-  }
   void close_stalled(std::chrono::steady_clock::duration bound) override;
   std::string log_prefix() const override;
 

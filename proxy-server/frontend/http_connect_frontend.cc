@@ -186,16 +186,8 @@ class ConnectSession : public Frontend,
       }
     });
   }
-  std::chrono::steady_clock::duration client_stalled_for(
-      std::chrono::steady_clock::time_point now) const override {
-    return backlog_.stalled_for(now);
-  }
   void close_stalled(std::chrono::steady_clock::duration bound) override {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(bound).count();
-    KONN_CONN_LOG(log_, warn, *this,
-                  "closing tunnel: the client took none of the {} bytes waiting for it in {} ms "
-                  "(--stalled-client-timeout) while agent {} waited; its other tunnels move again",
-                  backlog_.waiting(), ms, agent_id_);
     backlog_.release();  // the agent moves again now, not once the socket is closed
     run_here([self = this->shared_from_this(), ms]() {
       self->router_.metrics().tunnels_over_cap_total.Add({}).Increment();

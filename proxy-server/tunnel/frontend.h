@@ -38,12 +38,10 @@ class Frontend {
   // The agent stream ended while this tunnel was pending or established.
   virtual void backend_gone() = 0;
 
-  // Agents without konn flow control (Backend::client_backlog): how long this tunnel's client has
-  // taken none of the agent's bytes waiting for it (zero when none wait). Any thread.
-  virtual std::chrono::steady_clock::duration client_stalled_for(
-      std::chrono::steady_clock::time_point now) const = 0;
-  // Closes the tunnel because its client took nothing for `bound` while the agent's stream
-  // waited for it: RESOURCE_EXHAUSTED to a gRPC client, a closed socket to a CONNECT client.
+  // Agents without konn flow control (Backend::client_backlog, which finds a stalled client
+  // through the tunnel's ClientBacklog and logs it): closes the tunnel because its client took
+  // nothing for `bound` while the agent's stream waited for it: RESOURCE_EXHAUSTED to a gRPC
+  // client, a closed socket to a CONNECT client.
   virtual void close_stalled(std::chrono::steady_clock::duration bound) = 0;
 
   // "[C<connectID> D<dialID> A<agentID>] " for log lines.

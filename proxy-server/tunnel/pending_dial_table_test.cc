@@ -16,10 +16,6 @@ struct NullFrontend : Frontend {
   void deliver_window_update(int64_t) override {}
   void deliver_close_write(Packet&&) override {}
   void backend_gone() override {}
-  std::chrono::steady_clock::duration client_stalled_for(
-      std::chrono::steady_clock::time_point) const override {
-    return {};
-  }
   void close_stalled(std::chrono::steady_clock::duration) override {}
   std::string log_prefix() const override { return ""; }
 };
