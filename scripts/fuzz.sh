@@ -38,9 +38,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 bash scripts/setup.sh
 
-launcher=()
-if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake --preset fuzz "${launcher[@]}" >/dev/null
+cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "$(nproc)"
 
 if [ ${#targets[@]} -eq 0 ]; then

@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
+  ccache  # cmake/KonnCcache.cmake: a second build, or a second clone, recompiles only what changed
   libasio-dev libssl-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libyaml-cpp-dev libspdlog-dev libfmt-dev catch2
@@ -17,6 +18,8 @@ packages=(
   golang-go golang-google-grpc-dev golang-github-golang-protobuf-1-5-dev golang-google-protobuf-dev
   protoc-gen-go protoc-gen-go-grpc golang-golang-x-net-dev golang-github-spf13-cobra-dev
   golang-github-fatih-color-dev socat  # socat: h2spec reaches the unix-socket frontend through it
+  # scripts/kube-apiserver.sh: the kube tests' kube-apiserver and etcd (started by the tests)
+  etcd-server golang-github-modern-go-reflect2-dev
 )
 
 missing=()
@@ -60,6 +63,6 @@ if [ "${#missing[@]}" -eq 0 ]; then
 fi
 
 echo "setup: installing ${missing[*]}"
-# squid and tinyproxy are started by the tests themselves: their system services stay off.
-bash "$(dirname "$0")/apt-install.sh" --services="squid tinyproxy" "${missing[@]}"
+# squid, tinyproxy and etcd are started by the tests themselves: their system services stay off.
+bash "$(dirname "$0")/apt-install.sh" --services="squid tinyproxy etcd" "${missing[@]}"
 install_promtool
