@@ -12,9 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+source scripts/lib/phases.sh
 
-launcher=()
-if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 
 # The tests ThreadSanitizer runs: the unit and integration labels (every library, the agent's and
 # server's reactors against in-process peers, kubeproxy-http end to end), without the cases that
@@ -37,24 +36,30 @@ TSAN_EXCLUDE='flow control|concurrent tunnels|stalled reader|bulk|MiB|GiB|throug
 
 # Both passes retry a failing test once, as scripts/test.sh does: a report in the first run still
 # shows in the log and is a bug to fix (a race TSan saw once is real).
-run_asan() {
-  echo "== sanitizers: asan-ubsan build and full suite"
-  cmake --preset asan-ubsan "${launcher[@]}" >/dev/null
-  cmake --build --preset asan-ubsan -j "$(nproc)"
+build_asan() { cmake --preset asan-ubsan >/dev/null && cmake --build --preset asan-ubsan -j "$(nproc)"; }
+test_asan() {
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0" \
   LSAN_OPTIONS="suppressions=$root/tools/sanitizers/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     ctest --preset asan-ubsan -j 2 --timeout 600 --repeat until-pass:2 -LE '^kube$'
 }
+run_asan() {
+  phase "asan-ubsan build" build_asan
+  phase "asan-ubsan suite" test_asan
+}
 
-run_tsan() {
-  echo "== sanitizers: tsan build and the subset of scripts/sanitizers.sh"
-  cmake --preset tsan "${launcher[@]}" >/dev/null
-  # Only what this pass runs (konn_tsan_set in CMakeLists.txt): the tests of the other labels
-  # appear to ctest as *_NOT_BUILT, which the label filter leaves out.
-  cmake --build --preset tsan -j "$(nproc)" --target konn_tsan_set
+# Only what this pass runs (konn_tsan_set in CMakeLists.txt): the tests of the other labels
+# appear to ctest as *_NOT_BUILT, which the label filter leaves out.
+build_tsan() {
+  cmake --preset tsan >/dev/null && cmake --build --preset tsan -j "$(nproc)" --target konn_tsan_set
+}
+test_tsan() {
   TSAN_OPTIONS="suppressions=$root/tools/sanitizers/tsan.supp:second_deadlock_stack=1:halt_on_error=0:exitcode=66" \
     ctest --preset tsan -j 2 --timeout 600 --repeat until-pass:2 -L "$TSAN_LABELS" -E "$TSAN_EXCLUDE"
+}
+run_tsan() {
+  phase "tsan build" build_tsan
+  phase "tsan suite" test_tsan
 }
 
 case "${1:-all}" in
@@ -63,3 +68,4 @@ case "${1:-all}" in
   all) run_asan; run_tsan ;;
   *) echo "usage: scripts/sanitizers.sh [asan|tsan]" >&2; exit 2 ;;
 esac
+phase_summary
