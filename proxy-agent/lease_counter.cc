@@ -10,7 +10,7 @@
 namespace konn::agent {
 namespace {
 
-spdlog::logger& logger() {
+spdlog::logger& lease_logger() {
   static const auto log = core::log::get("agent.lease");
   return *log;
 }
@@ -59,7 +59,7 @@ core::io::Awaitable<void> LeaseCounter::poll_loop() {
         if (core::kube::lease_valid(lease, now)) ++valid;
       }
       if (failing_ || last_ != valid) {
-        KONN_LOG((&logger()), info, "{} valid server lease(s) of {} matching {} in {}", valid,
+        KONN_LOG((&lease_logger()), info, "{} valid server lease(s) of {} matching {} in {}", valid,
                  r.items.size(), settings_.selector, settings_.lease_namespace);
       }
       failing_ = false;
@@ -73,7 +73,7 @@ core::io::Awaitable<void> LeaseCounter::poll_loop() {
                     (r.reason.empty() ? "" : " " + r.reason) +
                     (r.response.error.empty() ? std::string() : ": " + r.response.error);
       if (!failing_) {
-        KONN_LOG((&logger()), warn, "cannot list server leases ({}); keeping the last count {}",
+        KONN_LOG((&lease_logger()), warn, "cannot list server leases ({}); keeping the last count {}",
                  why, last_ ? std::to_string(*last_) : std::string("(none yet)"));
       }
       failing_ = true;

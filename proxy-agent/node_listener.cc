@@ -11,7 +11,7 @@ namespace {
 
 using core::io::use_nothrow;
 
-spdlog::logger& logger() {
+spdlog::logger& listener_logger() {
   static const auto log = core::log::get("node.listener");
   return *log;
 }
@@ -36,7 +36,7 @@ void NodeListener::start() {
         core::net::listen_tcp(ctx_, parsed->listen.host, parsed->listen.port),
         parsed->destination, text});
     ports_.push_back(l->acceptor.local_endpoint().port());
-    KONN_LOG((&logger()), info, "node to control plane: listening on {} (port {}), towards {}",
+    KONN_LOG((&listener_logger()), info, "node to control plane: listening on {} (port {}), towards {}",
              parsed->listen.to_string(), ports_.back(),
              parsed->destination.empty() ? std::string("the server's first destination")
                                          : parsed->destination);
@@ -52,7 +52,7 @@ void NodeListener::stop() {
     for (auto& l : self->listeners_) {
       std::error_code ignored;
       if (l->acceptor.is_open()) {
-        KONN_LOG((&logger()), info, "node to control plane: no longer accepting on {}",
+        KONN_LOG((&listener_logger()), info, "node to control plane: no longer accepting on {}",
                  l->address);
       }
       l->acceptor.close(ignored);
@@ -73,7 +73,7 @@ void NodeListener::refuse(asio::ip::tcp::socket& s, const std::string& why, size
   std::error_code ec;
   auto peer = s.remote_endpoint(ec);
   if (uint64_t held = 0; limit.allow(&held)) {
-    KONN_LOG((&logger()), warn, "node to control plane: connection from {} closed: {}{}",
+    KONN_LOG((&listener_logger()), warn, "node to control plane: connection from {} closed: {}{}",
              ec ? std::string("?") : peer.address().to_string() + ":" + std::to_string(peer.port()),
              why, held > 0 ? " (and " + std::to_string(held) + " more)" : std::string());
   }
@@ -87,7 +87,7 @@ core::io::Awaitable<void> NodeListener::accept_loop(std::shared_ptr<Listener> l)
     auto [ec, accepted] = co_await l->acceptor.async_accept(place.ctx, use_nothrow);
     if (ec) {
       if (ec == asio::error::operation_aborted || !l->acceptor.is_open()) co_return;
-      KONN_LOG((&logger()), warn, "node to control plane: accept on {} failed: {}", l->address,
+      KONN_LOG((&listener_logger()), warn, "node to control plane: accept on {} failed: {}", l->address,
                ec.message());
       if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space) {
         asio::steady_timer pause(ctx_, std::chrono::milliseconds(100));

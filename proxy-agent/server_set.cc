@@ -17,7 +17,7 @@ namespace {
 
 using core::io::use_nothrow;
 
-spdlog::logger& logger() {
+spdlog::logger& servers_logger() {
   static const auto log = core::log::get("agent.servers");
   return *log;
 }
@@ -50,7 +50,7 @@ ServerSet::ServerSet(const AgentOptions& options, core::io::WorkerPool& pool, as
   auto policy = core::net::DestinationPolicy::parse(options_.allowed_destinations, &error);
   if (!policy) {
     // validate() refuses such options before we get here; never fall open.
-    KONN_LOG((&logger()), err, "--allowed-destinations: {}; using the default rules", error);
+    KONN_LOG((&servers_logger()), err, "--allowed-destinations: {}; using the default rules", error);
     policy =
         core::net::DestinationPolicy::parse(core::net::DestinationPolicy::default_rules(), &error);
   }
@@ -72,7 +72,7 @@ void ServerSet::drain() {
     draining_ = true;
     for (auto& [id, s] : streams_) streams.push_back(s);
   }
-  KONN_LOG((&logger()), info, "draining: no new server connections; DRAIN to {} server(s)",
+  KONN_LOG((&servers_logger()), info, "draining: no new server connections; DRAIN to {} server(s)",
            streams.size());
   for (auto& s : streams) s->drain();
 }
@@ -143,7 +143,7 @@ void ServerSet::set_lease_count(int64_t count) {
   }
   stats_->known_server_count.store(after, std::memory_order_relaxed);
   if (before != after) {
-    KONN_LOG((&logger()), info, "server count {} -> {} ({} valid lease(s), source {})", before,
+    KONN_LOG((&servers_logger()), info, "server count {} -> {} ({} valid lease(s), source {})", before,
              after, count, options_.server_count_source);
   }
 }
@@ -195,7 +195,7 @@ core::io::Awaitable<void> ServerSet::probe_loop() {
     }
     for (auto& s : streams) {
       if (s->connection_lost()) {
-        KONN_LOG((&logger()), warn, "server {} at {}: connection not ready, dropping it",
+        KONN_LOG((&servers_logger()), warn, "server {} at {}: connection not ready, dropping it",
                  s->server_id(), s->target());
         s->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "probe: connection not ready"), true);
       }
@@ -239,7 +239,7 @@ bool ServerSet::prepare_attempt(StreamConfig* config) {
     std::stringstream ss;
     ss << in.rdbuf();
     if (!in) {
-      KONN_LOG((&logger()), warn, "cannot read --service-account-token-path {}",
+      KONN_LOG((&servers_logger()), warn, "cannot read --service-account-token-path {}",
                options_.service_account_token_path);
       return false;
     }
@@ -253,7 +253,7 @@ bool ServerSet::prepare_attempt(StreamConfig* config) {
     bool printable = std::all_of(config->token.begin(), config->token.end(),
                                  [](char c) { return c >= 0x20 && c <= 0x7e; });
     if (!printable) {
-      KONN_LOG((&logger()), warn, "token in {} has characters a header cannot carry",
+      KONN_LOG((&servers_logger()), warn, "token in {} has characters a header cannot carry",
                options_.service_account_token_path);
       return false;
     }
@@ -264,7 +264,7 @@ bool ServerSet::prepare_attempt(StreamConfig* config) {
     config->server.tls =
         make_server_client_context(options_.ca_cert, options_.agent_cert, options_.agent_key);
   } catch (const std::exception& e) {
-    KONN_LOG((&logger()), warn, "TLS credentials: {}", e.what());
+    KONN_LOG((&servers_logger()), warn, "TLS credentials: {}", e.what());
     return false;
   }
   config->keepalive = std::max<std::chrono::milliseconds>(
@@ -331,7 +331,7 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     case Outcome::Connected:
       break;
     case Outcome::Duplicate:
-      KONN_LOG((&logger()), debug, "{}: {}", reactor->target(), attempt->why);
+      KONN_LOG((&servers_logger()), debug, "{}: {}", reactor->target(), attempt->why);
       break;
     case Outcome::Failed:
       stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
@@ -340,12 +340,12 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
         // server's answer) is Other.
         auto failure = reactor->proxy_failure().value_or(ProxyFailure{ProxyFailure::Other, {}});
         stats_->egress_proxy_failures[failure.reason].fetch_add(1, std::memory_order_relaxed);
-        KONN_LOG((&logger()), warn,
+        KONN_LOG((&servers_logger()), warn,
                  "cannot connect to proxy-server {} through HTTP proxy {} (from {}): {}{}",
                  reactor->target(), proxy->redacted(), proxy->source,
                  failure.text.empty() ? "" : failure.text + "; ", attempt->why);
       } else {
-        KONN_LOG((&logger()), warn, "cannot connect to proxy-server {}: {}", reactor->target(),
+        KONN_LOG((&servers_logger()), warn, "cannot connect to proxy-server {}: {}", reactor->target(),
                  attempt->why);
       }
       break;
@@ -381,7 +381,7 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
       first = node_refused_.insert(h.server_id).second;
     }
     if (first) {
-      KONN_LOG((&logger()), err,
+      KONN_LOG((&servers_logger()), err,
                "server {} at {} did not confirm node to control plane (an upstream server, or "
                "one without --node-to-control-plane-destinations): node-side connections will "
                "not use it; tunnels towards the nodes work as usual",
@@ -457,7 +457,7 @@ void ServerSet::on_end(std::shared_ptr<ServerStreamReactor> s, bool handshake_fa
   }
   if (removed) {
     stats_->open_server_connections.fetch_sub(1, std::memory_order_relaxed);
-    KONN_LOG((&logger()), info, "server {} at {} gone: {}", id, target, why);
+    KONN_LOG((&servers_logger()), info, "server {} at {} gone: {}", id, target, why);
   }
   if (handshake_failed) finish_attempt(attempt, Outcome::Failed, why);
   // We may run inside the reactor's own completion: it must die elsewhere. Posted before

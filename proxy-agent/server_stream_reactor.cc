@@ -17,7 +17,7 @@ namespace {
 namespace tunnel = core::tunnel;
 namespace h2 = core::h2;
 
-spdlog::logger& logger() {
+spdlog::logger& stream_logger() {
   static const auto log = core::log::get("agent.stream");
   return *log;
 }
@@ -205,7 +205,7 @@ void ServerStreamReactor::on_response_headers(const h2::Metadata& md) {
     std::lock_guard lock(mu_);
     accepted_ = true;
   }
-  KONN_LOG((&logger()), info, "{}connected: servercount={} flow-control={}{}", log_prefix(),
+  KONN_LOG((&stream_logger()), info, "{}connected: servercount={} flow-control={}{}", log_prefix(),
            h.server_count, h.flow_control ? "on" : "off",
            config_.node_to_control_plane ? (h.node_to_control_plane ? " node-to-control-plane=on"
                                                                     : " node-to-control-plane=off")
@@ -232,7 +232,7 @@ void ServerStreamReactor::on_message(std::string&& message) {
     return;
   }
   if (!read_target_->ParseFromString(message)) {
-    KONN_LOG((&logger()), warn,
+    KONN_LOG((&stream_logger()), warn,
              "{}a message from the server is not a Packet ({} bytes); "
              "ending the stream",
              log_prefix(), message.size());
@@ -277,7 +277,7 @@ void ServerStreamReactor::settle() {
 }
 
 void ServerStreamReactor::drain() {
-  KONN_LOG((&logger()), info, "{}sending DRAIN", log_prefix());
+  KONN_LOG((&stream_logger()), info, "{}sending DRAIN", log_prefix());
   send(tunnel::make_drain());
 }
 
@@ -447,7 +447,7 @@ void ServerStreamReactor::on_queued(const Packet& p) {
 
 void ServerStreamReactor::on_write_failed(const Packet& p) {
   failed_write_type_ = p.type();
-  KONN_LOG((&logger()), warn, "{}writing {} to the server failed; closing the stream", log_prefix(),
+  KONN_LOG((&stream_logger()), warn, "{}writing {} to the server failed; closing the stream", log_prefix(),
            tunnel::describe(p));
   // The stream is broken for us: end it, so the agent reconnects. Not our own close: OnDone
   // still counts the stream error.
@@ -472,7 +472,7 @@ void ServerStreamReactor::end(const std::string& why) {
   auto nodes = node_table_->take_all();
   for (auto& c : nodes) c->abandon();
   if (was_accepted) {
-    KONN_LOG((&logger()), info,
+    KONN_LOG((&stream_logger()), info,
              "{}disconnected ({}); closed {} endpoint connection(s) and {} node-to-control-plane "
              "connection(s)",
              log_prefix(), why, conns.size(), nodes.size());
@@ -489,7 +489,7 @@ void ServerStreamReactor::on_packet(Packet&& p) {
       confirmed = node_confirmed_;
     }
     if (!confirmed) {
-      KONN_LOG((&logger()), warn, "{}ignoring {}: node-to-control-plane not negotiated",
+      KONN_LOG((&stream_logger()), warn, "{}ignoring {}: node-to-control-plane not negotiated",
                log_prefix(), tunnel::describe(p));
       return;
     }
@@ -507,7 +507,7 @@ void ServerStreamReactor::on_packet(Packet&& p) {
         c->deliver(std::move(p));
       } else {
         stats_->unknown_connect_ids.fetch_add(1, std::memory_order_relaxed);
-        KONN_LOG((&logger()), debug, "{}DATA for unknown connectID {}", log_prefix(), id);
+        KONN_LOG((&stream_logger()), debug, "{}DATA for unknown connectID {}", log_prefix(), id);
         send(tunnel::make_close_response(id, "unrecognized connectID"));
       }
       return;
@@ -518,7 +518,7 @@ void ServerStreamReactor::on_packet(Packet&& p) {
         c->close_request();
       } else {
         stats_->unknown_connect_ids.fetch_add(1, std::memory_order_relaxed);
-        KONN_LOG((&logger()), debug, "{}CLOSE_REQ for unknown connectID {}", log_prefix(), id);
+        KONN_LOG((&stream_logger()), debug, "{}CLOSE_REQ for unknown connectID {}", log_prefix(), id);
         send(tunnel::make_close_response(id, "Unknown connectID"));
       }
       return;
@@ -528,13 +528,13 @@ void ServerStreamReactor::on_packet(Packet&& p) {
       if (auto c = table_->find_dial(random)) {
         c->cancel_dial();
       } else {
-        KONN_LOG((&logger()), debug, "{}DIAL_CLS for unknown dial {}", log_prefix(), random);
+        KONN_LOG((&stream_logger()), debug, "{}DIAL_CLS for unknown dial {}", log_prefix(), random);
       }
       return;
     }
     case KONN_WINDOW_UPDATE: {
       if (!flow_control()) {
-        KONN_LOG((&logger()), warn, "{}ignoring KONN_WINDOW_UPDATE: flow control not negotiated",
+        KONN_LOG((&stream_logger()), warn, "{}ignoring KONN_WINDOW_UPDATE: flow control not negotiated",
                  log_prefix());
         return;
       }
@@ -549,7 +549,7 @@ void ServerStreamReactor::on_packet(Packet&& p) {
       return;
     }
     default:
-      KONN_LOG((&logger()), warn, "{}ignoring unexpected packet {}", log_prefix(),
+      KONN_LOG((&stream_logger()), warn, "{}ignoring unexpected packet {}", log_prefix(),
                tunnel::describe(p));
       return;
   }
@@ -562,7 +562,7 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
   // sockets and services a TCP proxy never should.
   if (req.protocol() != "tcp") {
     stats_->dials_refused[AgentStats::RefusedProtocol].fetch_add(1, std::memory_order_relaxed);
-    KONN_LOG((&logger()), warn, "{}[D{}] dial refused: protocol \"{}\" to {} (only tcp is dialled)",
+    KONN_LOG((&stream_logger()), warn, "{}[D{}] dial refused: protocol \"{}\" to {} (only tcp is dialled)",
              log_prefix(), random, req.protocol(), address);
     send(tunnel::make_dial_response(
         random, 0,
@@ -573,7 +573,7 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
   if (limit > 0 && stats_->endpoint_slots.load(std::memory_order_relaxed) >= limit) {
     stats_->limits_hit[AgentStats::LimitEndpointConnections].fetch_add(1,
                                                                        std::memory_order_relaxed);
-    KONN_LOG((&logger()), warn,
+    KONN_LOG((&stream_logger()), warn,
              "{}[D{}] dial to {} refused: {} endpoint connections open "
              "(--max-endpoint-connections)",
              log_prefix(), random, address, limit);
@@ -598,7 +598,7 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
       std::make_shared<EndpointConnection>(place.ctx, shared_from_this(), table_, id, random,
                                            server_id, settings, stats_, std::move(place.lease));
   if (!table_->add_dial(random, conn)) {
-    KONN_LOG((&logger()), warn, "{}refusing dial {}: dial id {} already in use", log_prefix(),
+    KONN_LOG((&stream_logger()), warn, "{}refusing dial {}: dial id {} already in use", log_prefix(),
              address, random);
     send(tunnel::make_dial_response(random, 0, "dial tcp " + address + ": dial id already in use"));
     return;
@@ -625,7 +625,7 @@ void ServerStreamReactor::open_node_tunnel(asio::ip::tcp::socket socket,
                                                    "S" + server_id, config_.node_endpoint,
                                                    config_.node_stats, std::move(lease));
   if (!node_table_->add_dial(dial_id, conn)) {
-    KONN_LOG((&logger()), warn, "{}node-to-control-plane connection closed: the stream ended",
+    KONN_LOG((&stream_logger()), warn, "{}node-to-control-plane connection closed: the stream ended",
              log_prefix());
     std::error_code ignored;
     socket.close(ignored);
@@ -638,7 +638,7 @@ void ServerStreamReactor::close_node_connections(const std::string& why) {
   auto nodes = node_table_->take_all();
   for (auto& c : nodes) c->close_request();
   if (!nodes.empty()) {
-    KONN_LOG((&logger()), info, "{}closing {} node-to-control-plane connection(s): {}",
+    KONN_LOG((&stream_logger()), info, "{}closing {} node-to-control-plane connection(s): {}",
              log_prefix(), nodes.size(), why);
   }
 }
@@ -651,7 +651,7 @@ void ServerStreamReactor::handle_node_packet(Packet&& p) {
       auto c = node_table_->find_dial(rsp.random());
       bool ok = rsp.error().empty() && rsp.connectid() != 0;
       if (!c || !c->accepted()) {
-        KONN_LOG((&logger()), debug, "{}node DIAL_RSP for no pending dial {}", log_prefix(),
+        KONN_LOG((&stream_logger()), debug, "{}node DIAL_RSP for no pending dial {}", log_prefix(),
                  rsp.random());
         if (ok) send(tunnel::as_node(tunnel::make_close_response(rsp.connectid(), "dialler gone")));
         return;
@@ -697,7 +697,7 @@ void ServerStreamReactor::handle_node_packet(Packet&& p) {
       if (auto c = node_table_->find(p.closewrite().connectid())) c->close_write();
       return;
     default:
-      KONN_LOG((&logger()), warn, "{}ignoring unexpected node packet {}", log_prefix(),
+      KONN_LOG((&stream_logger()), warn, "{}ignoring unexpected node packet {}", log_prefix(),
                tunnel::describe(p));
       return;
   }

@@ -21,7 +21,7 @@ using codec::ReplyCode;
 
 namespace {
 
-const std::shared_ptr<spdlog::logger>& logger() {
+const std::shared_ptr<spdlog::logger>& session_logger() {
   static auto log = core::log::get("socks5.session");
   return log;
 }
@@ -108,7 +108,7 @@ core::io::Awaitable<std::optional<codec::Request>> handshake(tcp::socket& client
     if (!ok) {
       info.reason =
           a.status == ParseStatus::Complete ? "authentication failed" : "malformed authentication";
-      KONN_CONN_LOG(logger(), warn, info, "{} for user {:?} from {}", info.reason, info.user,
+      KONN_CONN_LOG(session_logger(), warn, info, "{} for user {:?} from {}", info.reason, info.user,
                     info.client.address().to_string());
       co_return std::nullopt;
     }
@@ -244,7 +244,7 @@ bool allowed(const SessionEnv& env, const SessionInfo& info, const std::string& 
               dest_unresolved};
   auto d = env.options.rule_set.decide(q);
   if (!d.allow && log_denial) {
-    KONN_CONN_LOG(logger(), warn, info, "denied {} to {} port {} for client {} user {} by {} {:?}",
+    KONN_CONN_LOG(session_logger(), warn, info, "denied {} to {} port {} for client {} user {} by {} {:?}",
                   command,
                   host.empty()      ? unmap(dest).to_string()
                   : dest_unresolved ? host + " (unresolved)"
@@ -469,7 +469,7 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                   info.start)
                 .count();
-  KONN_CONN_LOG(logger(), info, info,
+  KONN_CONN_LOG(session_logger(), info, info,
                 "close client={} user={} cmd={} dst={} reply={} up={} down={} duration={}ms "
                 "reason={:?}",
                 info.client.address().to_string() + ":" + std::to_string(info.client.port()),

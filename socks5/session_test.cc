@@ -30,7 +30,7 @@
 
 using namespace std::chrono_literals;
 using asio::ip::tcp;
-using Bytes = std::vector<uint8_t>;
+using Octets = std::vector<uint8_t>;
 
 namespace {
 
@@ -112,11 +112,11 @@ struct Client {
   asio::io_context ctx;
   tcp::socket s{ctx};
   explicit Client(tcp::endpoint ep) { s.connect(ep); }
-  void send(const Bytes& b) { asio::write(s, asio::buffer(b)); }
+  void send(const Octets& b) { asio::write(s, asio::buffer(b)); }
   // Reads exactly n bytes, or fewer on EOF/error or after 5 s without progress (poll: Asio's
   // synchronous reads ignore SO_RCVTIMEO).
-  Bytes recv(size_t n) {
-    Bytes b(n);
+  Octets recv(size_t n) {
+    Octets b(n);
     size_t got = 0;
     while (got < n) {
       pollfd p{s.native_handle(), POLLIN, 0};
@@ -139,7 +139,7 @@ struct Client {
   }
 };
 
-Bytes connect_ipv4(uint16_t port) {
+Octets connect_ipv4(uint16_t port) {
   return {0x05,
           0x01,
           0x00,
@@ -153,11 +153,11 @@ Bytes connect_ipv4(uint16_t port) {
 }
 
 // Method selection 00, then a failure reply with `code` and 0.0.0.0:0.
-Bytes failed_request(uint8_t code) {
+Octets failed_request(uint8_t code) {
   return {0x05, 0x00, 0x05, code, 0x00, 0x01, 0, 0, 0, 0, 0, 0};
 }
 
-uint16_t reply_port(const Bytes& r) { return static_cast<uint16_t>(r[8] << 8 | r[9]); }
+uint16_t reply_port(const Octets& r) { return static_cast<uint16_t>(r[8] << 8 | r[9]); }
 
 konn::socks5::Socks5Options defaults() {
   konn::socks5::Socks5Options o;
@@ -233,8 +233,8 @@ class SilentListener {
 };
 
 // A greeting (method 00), then a CONNECT to [::1]:port (ATYP 04).
-Bytes connect_ipv6_loopback(uint16_t port) {
-  Bytes b{0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x04};
+Octets connect_ipv6_loopback(uint16_t port) {
+  Octets b{0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x04};
   auto a = asio::ip::make_address_v6("::1").to_bytes();
   b.insert(b.end(), a.begin(), a.end());
   b.push_back(static_cast<uint8_t>(port >> 8));
@@ -261,8 +261,8 @@ struct UsersFile {
 };
 
 // RFC 1929 username/password message.
-Bytes user_pass(const std::string& user, const std::string& password) {
-  Bytes b{0x01, static_cast<uint8_t>(user.size())};
+Octets user_pass(const std::string& user, const std::string& password) {
+  Octets b{0x01, static_cast<uint8_t>(user.size())};
   b.insert(b.end(), user.begin(), user.end());
   b.push_back(static_cast<uint8_t>(password.size()));
   b.insert(b.end(), password.begin(), password.end());
@@ -285,11 +285,11 @@ TEST_CASE("CONNECT byte by byte, the reply carries the address the destination s
   EchoServer echo;
   TestServer server(defaults());
   Client c(server.endpoint());
-  Bytes all{0x05, 0x01, 0x00};
+  Octets all{0x05, 0x01, 0x00};
   auto req = connect_ipv4(echo.port());
   all.insert(all.end(), req.begin(), req.end());
   for (size_t i = 0; i < 3; ++i) c.send({all[i]});
-  CHECK(c.recv(2) == Bytes{0x05, 0x00});
+  CHECK(c.recv(2) == Octets{0x05, 0x00});
   for (size_t i = 3; i < all.size(); ++i) c.send({all[i]});
   auto reply = c.recv(10);
   REQUIRE(reply.size() == 10);
@@ -297,21 +297,21 @@ TEST_CASE("CONNECT byte by byte, the reply carries the address the destination s
   auto seen = echo.peers.get_future().get();
   CHECK(reply_port(reply) == seen.port());
   c.send({'p', 'i', 'n', 'g'});
-  CHECK(c.recv(4) == Bytes{'p', 'i', 'n', 'g'});
+  CHECK(c.recv(4) == Octets{'p', 'i', 'n', 'g'});
 }
 
 TEST_CASE("greeting, request and first data coalesced in one write", "[session]") {
   EchoServer echo;
   TestServer server(defaults());
   Client c(server.endpoint());
-  Bytes all{0x05, 0x01, 0x00};
+  Octets all{0x05, 0x01, 0x00};
   auto req = connect_ipv4(echo.port());
   all.insert(all.end(), req.begin(), req.end());
   all.insert(all.end(), {'h', 'e', 'l', 'l', 'o'});
   c.send(all);
-  CHECK(c.recv(2) == Bytes{0x05, 0x00});
+  CHECK(c.recv(2) == Octets{0x05, 0x00});
   CHECK(c.recv(10)[1] == 0x00);
-  CHECK(c.recv(5) == Bytes{'h', 'e', 'l', 'l', 'o'});
+  CHECK(c.recv(5) == Octets{'h', 'e', 'l', 'l', 'o'});
 }
 
 // reliability: socks5 | SOCKS4 greeting, or HTTP instead of SOCKS | closed without a reply | info
@@ -333,14 +333,14 @@ TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffe
   // A healthy session that stays open through all of it.
   Client healthy(server.endpoint());
   healthy.send({0x05, 0x01, 0x00});
-  REQUIRE(healthy.recv(2) == Bytes{0x05, 0x00});
+  REQUIRE(healthy.recv(2) == Octets{0x05, 0x00});
   healthy.send(connect_ipv4(echo.port()));
   REQUIRE(healthy.recv(10)[1] == 0x00);
 
   struct Case {
     const char* name;
-    Bytes send;
-    Bytes expect;  // then the server closes
+    Octets send;
+    Octets expect;  // then the server closes
   };
   std::vector<Case> cases{
       {"wrong version (SOCKS4)", {0x04, 0x01, 0x00, 0x50, 127, 0, 0, 1, 0}, {}},
@@ -361,7 +361,7 @@ TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffe
     Client c(server.endpoint());
     c.send(tc.send);
     auto got = c.recv(tc.expect.size());
-    CHECK(Bytes(got.begin(), got.begin() + static_cast<long>(std::min(
+    CHECK(Octets(got.begin(), got.begin() + static_cast<long>(std::min(
                                                got.size(), tc.expect.size()))) == tc.expect);
     CHECK(c.closed());
   }
@@ -370,7 +370,7 @@ TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffe
   SECTION("truncated request then EOF") {
     Client c(server.endpoint());
     c.send({0x05, 0x01, 0x00, 0x05, 0x01, 0x00, 0x03, 0x0A, 'a', 'b'});
-    CHECK(c.recv(2) == Bytes{0x05, 0x00});
+    CHECK(c.recv(2) == Octets{0x05, 0x00});
     c.s.shutdown(tcp::socket::shutdown_send);
     CHECK(c.closed());
   }
@@ -390,7 +390,7 @@ TEST_CASE("malformed input gets its RFC answer or a close, other sessions unaffe
   }
   // The healthy session still works.
   healthy.send({'o', 'k'});
-  CHECK(healthy.recv(2) == Bytes{'o', 'k'});
+  CHECK(healthy.recv(2) == Octets{'o', 'k'});
 }
 
 // reliability: socks5 | CONNECT to a closed port | reply `05`, closed | info "close ...
@@ -410,7 +410,7 @@ TEST_CASE("refused destination gets 05, a rule denial gets 02", "[session]") {
   c.send({0x05, 0x01, 0x00});
   c.recv(2);
   c.send(connect_ipv4(closed_port));
-  CHECK(c.recv(10) == Bytes{0x05, 0x05, 0x00, 0x01, 0, 0, 0, 0, 0, 0});
+  CHECK(c.recv(10) == Octets{0x05, 0x05, 0x00, 0x01, 0, 0, 0, 0, 0, 0});
   CHECK(c.closed());
 
   Client d(server.endpoint());
@@ -448,7 +448,7 @@ TEST_CASE("per-client session limit closes the extra connection", "[session]") {
   TestServer server(o);
   Client first(server.endpoint());
   first.send({0x05, 0x01, 0x00});
-  REQUIRE(first.recv(2) == Bytes{0x05, 0x00});
+  REQUIRE(first.recv(2) == Octets{0x05, 0x00});
   Client second(server.endpoint());
   CHECK(second.closed());
   first.s.close();
@@ -459,7 +459,7 @@ TEST_CASE("per-client session limit closes the extra connection", "[session]") {
   }
   Client third(server.endpoint());
   third.send({0x05, 0x01, 0x00});
-  CHECK(third.recv(2) == Bytes{0x05, 0x00});
+  CHECK(third.recv(2) == Octets{0x05, 0x00});
 }
 
 TEST_CASE("buffered relay (--splice=false) carries data and the half-close", "[session]") {
@@ -469,13 +469,13 @@ TEST_CASE("buffered relay (--splice=false) carries data and the half-close", "[s
   o.buffer_size = 4096;
   TestServer server(o);
   Client c(server.endpoint());
-  Bytes all{0x05, 0x01, 0x00};
+  Octets all{0x05, 0x01, 0x00};
   auto req = connect_ipv4(echo.port());
   all.insert(all.end(), req.begin(), req.end());
   c.send(all);
-  CHECK(c.recv(2) == Bytes{0x05, 0x00});
+  CHECK(c.recv(2) == Octets{0x05, 0x00});
   REQUIRE(c.recv(10)[1] == 0x00);
-  Bytes big(200000);
+  Octets big(200000);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 7);
   std::thread writer([&] {
     c.send(big);
@@ -499,22 +499,22 @@ TEST_CASE("a destination that never answers the SYN gets 06 at --connect-timeout
   // Another session, relaying, is not held up by the one waiting for its connect.
   Client healthy(server.endpoint());
   healthy.send({0x05, 0x01, 0x00});
-  REQUIRE(healthy.recv(2) == Bytes{0x05, 0x00});
+  REQUIRE(healthy.recv(2) == Octets{0x05, 0x00});
   healthy.send(connect_ipv4(echo.port()));
   REQUIRE(healthy.recv(10)[1] == 0x00);
 
   Client c(server.endpoint());
   c.send({0x05, 0x01, 0x00});
-  REQUIRE(c.recv(2) == Bytes{0x05, 0x00});
+  REQUIRE(c.recv(2) == Octets{0x05, 0x00});
   auto start = std::chrono::steady_clock::now();
   c.send(connect_ipv4(silent.port()));
-  CHECK(c.recv(10) == Bytes{0x05, 0x06, 0x00, 0x01, 0, 0, 0, 0, 0, 0});
+  CHECK(c.recv(10) == Octets{0x05, 0x06, 0x00, 0x01, 0, 0, 0, 0, 0, 0});
   auto took = std::chrono::steady_clock::now() - start;
   CHECK(took >= 250ms);
   CHECK(took < 3s);
   CHECK(c.closed());
   healthy.send({'o', 'k'});
-  CHECK(healthy.recv(2) == Bytes{'o', 'k'});
+  CHECK(healthy.recv(2) == Octets{'o', 'k'});
   CHECK(sample(server.app(),
                R"(konn_socks5_dial_failures_total{reason="timeout",upstream="direct"})") == 1);
   CHECK(sample(server.app(), R"(konn_socks5_replies_total{code="06"})") == 1);
@@ -528,7 +528,7 @@ TEST_CASE("max-sessions limit: the connection over the limit is closed unanswere
   TestServer server(o);
   Client first(server.endpoint());
   first.send({0x05, 0x01, 0x00});
-  REQUIRE(first.recv(2) == Bytes{0x05, 0x00});
+  REQUIRE(first.recv(2) == Octets{0x05, 0x00});
   first.send(connect_ipv4(echo.port()));
   REQUIRE(first.recv(10)[1] == 0x00);
 
@@ -540,7 +540,7 @@ TEST_CASE("max-sessions limit: the connection over the limit is closed unanswere
   CHECK(sample(server.app(), "konn_socks5_sessions_total") == 1);
   // The first session keeps relaying.
   first.send({'s', 't', 'i', 'l', 'l'});
-  CHECK(first.recv(5) == Bytes{'s', 't', 'i', 'l', 'l'});
+  CHECK(first.recv(5) == Octets{'s', 't', 'i', 'l', 'l'});
 }
 
 TEST_CASE("CONNECT to [::1] (ATYP 04): the reply carries the IPv6 address the destination saw",
@@ -555,7 +555,7 @@ TEST_CASE("CONNECT to [::1] (ATYP 04): the reply carries the IPv6 address the de
   TestServer server(defaults());
   Client c(server.endpoint());
   c.send(connect_ipv6_loopback(echo->port()));
-  REQUIRE(c.recv(2) == Bytes{0x05, 0x00});
+  REQUIRE(c.recv(2) == Octets{0x05, 0x00});
   auto reply = c.recv(22);
   REQUIRE(reply.size() == 22);
   CHECK(reply[1] == 0x00);
@@ -566,7 +566,7 @@ TEST_CASE("CONNECT to [::1] (ATYP 04): the reply carries the IPv6 address the de
   CHECK(asio::ip::address_v6(addr) == seen.address());
   CHECK(static_cast<uint16_t>(reply[20] << 8 | reply[21]) == seen.port());
   c.send({'v', '6'});
-  CHECK(c.recv(2) == Bytes{'v', '6'});
+  CHECK(c.recv(2) == Octets{'v', '6'});
 }
 
 TEST_CASE("reply_for_dial_failure maps every Konnectivity dial failure", "[session][upstream]") {
@@ -596,15 +596,15 @@ TEST_CASE("malformed RFC 1929 messages get 01 01 and a close, other sessions una
   TestServer server(o);
   Client healthy(server.endpoint());
   healthy.send({0x05, 0x01, 0x02});
-  REQUIRE(healthy.recv(2) == Bytes{0x05, 0x02});
+  REQUIRE(healthy.recv(2) == Octets{0x05, 0x02});
   healthy.send(user_pass("alice", "secret"));
-  REQUIRE(healthy.recv(2) == Bytes{0x01, 0x00});
+  REQUIRE(healthy.recv(2) == Octets{0x01, 0x00});
   healthy.send(connect_ipv4(echo.port()));
   REQUIRE(healthy.recv(10)[1] == 0x00);
 
   struct Case {
     const char* name;
-    Bytes auth;
+    Octets auth;
   };
   std::vector<Case> cases{
       {"sub-negotiation version 2",
@@ -616,13 +616,13 @@ TEST_CASE("malformed RFC 1929 messages get 01 01 and a close, other sessions una
     INFO(tc.name);
     Client c(server.endpoint());
     c.send({0x05, 0x01, 0x02});
-    REQUIRE(c.recv(2) == Bytes{0x05, 0x02});
+    REQUIRE(c.recv(2) == Octets{0x05, 0x02});
     c.send(tc.auth);
-    CHECK(c.recv(2) == Bytes{0x01, 0x01});
+    CHECK(c.recv(2) == Octets{0x01, 0x01});
     CHECK(c.closed());
   }
   healthy.send({'o', 'k'});
-  CHECK(healthy.recv(2) == Bytes{'o', 'k'});
+  CHECK(healthy.recv(2) == Octets{'o', 'k'});
   // Only the healthy session is left.
   CHECK(eventually([&] { return server.app().active_sessions() == 1; }));
 }
@@ -636,10 +636,10 @@ TEST_CASE("splice(2) unsupported at run time: the session relays through buffers
   SpliceUnsupported no_splice;
   Client c(server.endpoint());
   c.send({0x05, 0x01, 0x00});
-  REQUIRE(c.recv(2) == Bytes{0x05, 0x00});
+  REQUIRE(c.recv(2) == Octets{0x05, 0x00});
   c.send(connect_ipv4(echo.port()));
   REQUIRE(c.recv(10)[1] == 0x00);
-  Bytes big(300000);
+  Octets big(300000);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 13);
   std::thread writer([&] {
     c.send(big);

@@ -18,7 +18,7 @@ namespace konn::socks5 {
 using asio::ip::tcp;
 
 namespace {
-const std::shared_ptr<spdlog::logger>& logger() {
+const std::shared_ptr<spdlog::logger>& app_logger() {
   static auto log = core::log::get("socks5");
   return log;
 }
@@ -137,7 +137,7 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor,
     auto [ec, socket] = co_await acceptor.async_accept(core::io::use_nothrow);
     if (ec) {
       if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
-      KONN_LOG(logger(), warn, "accept: {}", ec.message());
+      KONN_LOG(app_logger(), warn, "accept: {}", ec.message());
       if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space) {
         // Out of file descriptors: back off briefly instead of spinning.
         asio::steady_timer t(acceptor.get_executor(), std::chrono::milliseconds(50));
@@ -155,7 +155,7 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor,
       // A client hammering a limit gets one line a second; the metric counts every refusal.
       static core::log::RateLimit refusals_logged;
       if (uint64_t held = 0; refusals_logged.allow(&held)) {
-        KONN_LOG(logger(), warn, "refused {}: {}{}", peer.address().to_string(), refusal.text,
+        KONN_LOG(app_logger(), warn, "refused {}: {}{}", peer.address().to_string(), refusal.text,
                  held > 0 ? " (" + std::to_string(held) + " more refusals since the last line)"
                           : std::string());
       }
@@ -201,7 +201,7 @@ void Socks5App::begin_shutdown() {
 }
 
 void Socks5App::begin_drain() {
-  KONN_LOG(logger(), info, "shutting down: draining {} sessions for up to {}", registry_.active(),
+  KONN_LOG(app_logger(), info, "shutting down: draining {} sessions for up to {}", registry_.active(),
            core::config::format_go_duration(options_.graceful_shutdown_timeout));
   drain_deadline_ = std::chrono::steady_clock::now() +
                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -211,17 +211,17 @@ void Socks5App::begin_drain() {
 
 void Socks5App::poll_drain() {
   if (registry_.active() == 0) {
-    KONN_LOG(logger(), info, "all sessions closed");
+    KONN_LOG(app_logger(), info, "all sessions closed");
     main_.stop();
     return;
   }
   if (!forced_ && std::chrono::steady_clock::now() >= drain_deadline_) {
     forced_ = true;
-    KONN_LOG(logger(), info, "grace period over: closing {} sessions", registry_.active());
+    KONN_LOG(app_logger(), info, "grace period over: closing {} sessions", registry_.active());
     registry_.close_all();
     drain_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   } else if (forced_ && std::chrono::steady_clock::now() >= drain_deadline_) {
-    KONN_LOG(logger(), warn, "{} sessions did not close; exiting", registry_.active());
+    KONN_LOG(app_logger(), warn, "{} sessions did not close; exiting", registry_.active());
     main_.stop();
     return;
   }
@@ -236,11 +236,11 @@ int Socks5App::run() {
   core::io::ShutdownSignals signals(
       main_,
       [this](int sig) {
-        KONN_LOG(logger(), info, "signal {}: graceful shutdown", sig);
+        KONN_LOG(app_logger(), info, "signal {}: graceful shutdown", sig);
         begin_shutdown();
       },
       [this](int sig) {
-        KONN_LOG(logger(), warn, "signal {} again: closing every session now", sig);
+        KONN_LOG(app_logger(), warn, "signal {} again: closing every session now", sig);
         forced_ = true;
         registry_.close_all();
         drain_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -251,11 +251,11 @@ int Socks5App::run() {
   }
   pool_.start();
   auto ep = endpoint_;
-  KONN_LOG(logger(), info, "listening on {}:{} ({} workers, auth {}, {} rules, default {})",
+  KONN_LOG(app_logger(), info, "listening on {}:{} ({} workers, auth {}, {} rules, default {})",
            ep.address().to_string(), ep.port(), pool_.size(), users_ ? "user/pass" : "none",
            options_.rule_set.size(), options_.default_policy);
   if (konnectivity_) {
-    KONN_LOG(logger(), info, "CONNECT goes through the Konnectivity proxy-server: {}",
+    KONN_LOG(app_logger(), info, "CONNECT goes through the Konnectivity proxy-server: {}",
              options_.konnectivity.describe());
   }
   accepting_ = true;

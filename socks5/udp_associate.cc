@@ -22,7 +22,7 @@ using asio::ip::udp;
 
 constexpr size_t kMaxDatagram = 64 * 1024;
 
-const std::shared_ptr<spdlog::logger>& logger() {
+const std::shared_ptr<spdlog::logger>& udp_logger() {
   static auto log = core::log::get("socks5.udp");
   return log;
 }
@@ -166,7 +166,7 @@ core::io::Awaitable<void> handle_udp_associate(tcp::socket& client, const codec:
   if (!req.destination.is_domain) as.client_port = req.destination.port;
   if (!req.destination.is_domain && !req.destination.ip.is_unspecified() &&
       unmap(req.destination.ip) != as.client_ip) {
-    KONN_CONN_LOG(logger(), debug, info, "UDP source {} differs from control address; using {}",
+    KONN_CONN_LOG(udp_logger(), debug, info, "UDP source {} differs from control address; using {}",
                   req.destination.ip.to_string(), as.client_ip.to_string());
   }
 
@@ -179,7 +179,7 @@ core::io::Awaitable<void> handle_udp_associate(tcp::socket& client, const codec:
     std::error_code e;
     client.close(e);
   };
-  KONN_CONN_LOG(logger(), debug, info, "UDP relay on {}:{}", relay_ep.address().to_string(),
+  KONN_CONN_LOG(udp_logger(), debug, info, "UDP relay on {}:{}", relay_ep.address().to_string(),
                 relay_ep.port());
   co_await (control_ended(client) ||
             (client_to_destinations(as, env, info) && destinations_to_client(as, as.out4, info) &&

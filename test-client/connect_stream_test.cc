@@ -17,8 +17,8 @@ using konn::testsupport::TempDir;
 
 namespace {
 
-struct Fixture {
-  explicit Fixture(bool tls = false) {
+struct ConnectFixture {
+  explicit ConnectFixture(bool tls = false) {
     if (tls) {
       const auto& c = konn::testsupport::test_certs();
       FakeConnectServer::Tls t{c.server_crt, c.server_key, c.ca_crt};
@@ -57,7 +57,7 @@ std::string read_to_end(ByteStream& s) {
 }  // namespace
 
 TEST_CASE("connect stream: CONNECT with Host, 200, then the bytes go both ways", "[testclient]") {
-  Fixture f;
+  ConnectFixture f;
   auto d = ConnectStream::dial(f.unix_frontend(), "echo:80", 5s * kSlowFactor);
   REQUIRE(d.error.empty());
   REQUIRE(d.stream);
@@ -81,7 +81,7 @@ TEST_CASE("connect stream: CONNECT with Host, 200, then the bytes go both ways",
 
 TEST_CASE("connect stream: bytes right after the 200 head belong to the destination",
           "[testclient]") {
-  Fixture f;
+  ConnectFixture f;
   SECTION("in the same write as the head") {
     auto d = ConnectStream::dial(f.unix_frontend(), "early:80", 5s * kSlowFactor);
     REQUIRE(d.stream);
@@ -95,7 +95,7 @@ TEST_CASE("connect stream: bytes right after the 200 head belong to the destinat
 }
 
 TEST_CASE("connect stream: a refused CONNECT fails with the status line and body", "[testclient]") {
-  Fixture f;
+  ConnectFixture f;
   auto d = ConnectStream::dial(f.unix_frontend(), "refuse:9", 5s * kSlowFactor);
   CHECK_FALSE(d.stream);
   CHECK(d.status == 502);
@@ -103,7 +103,7 @@ TEST_CASE("connect stream: a refused CONNECT fails with the status line and body
 }
 
 TEST_CASE("connect stream: a reply that is not HTTP fails the dial", "[testclient]") {
-  Fixture f;
+  ConnectFixture f;
   auto d = ConnectStream::dial(f.unix_frontend(), "garbage:80", 5s * kSlowFactor);
   CHECK_FALSE(d.stream);
   CHECK(d.status == 0);
@@ -111,7 +111,7 @@ TEST_CASE("connect stream: a reply that is not HTTP fails the dial", "[testclien
 }
 
 TEST_CASE("connect stream: no reply within the dial timeout", "[testclient]") {
-  Fixture f;
+  ConnectFixture f;
   auto d = ConnectStream::dial(f.unix_frontend(), "silent:80", 300ms);
   CHECK_FALSE(d.stream);
   CHECK(d.error == "no reply to CONNECT within 300ms");
@@ -127,7 +127,7 @@ TEST_CASE("connect stream: nobody on the socket", "[testclient]") {
 
 TEST_CASE("connect stream: close_write half-closes the unix socket and reading goes on",
           "[testclient]") {
-  Fixture f;
+  ConnectFixture f;
   auto d = ConnectStream::dial(f.unix_frontend(), "sink:80", 5s * kSlowFactor);
   REQUIRE(d.stream);
   std::string data(100000, 'x');
@@ -142,7 +142,7 @@ TEST_CASE("connect stream: close_write half-closes the unix socket and reading g
 }
 
 TEST_CASE("connect stream: a slow reader gets every byte in order", "[testclient]") {
-  Fixture f;
+  ConnectFixture f;
   const size_t n = 3 * ConnectStream::kInboxLimit;
   auto d = ConnectStream::dial(f.unix_frontend(), "flood:" + std::to_string(n), 5s * kSlowFactor);
   REQUIRE(d.stream);
@@ -156,7 +156,7 @@ TEST_CASE("connect stream: a slow reader gets every byte in order", "[testclient
 }
 
 TEST_CASE("connect stream: http_get runs over a CONNECT stream", "[testclient]") {
-  Fixture f;
+  ConnectFixture f;
   auto d = ConnectStream::dial(f.unix_frontend(), "http:80", 5s * kSlowFactor);
   REQUIRE(d.stream);
   auto r = http_get(*d.stream, "http:80", "/x", 5s * kSlowFactor);
@@ -166,7 +166,7 @@ TEST_CASE("connect stream: http_get runs over a CONNECT stream", "[testclient]")
 }
 
 TEST_CASE("connect stream: TCP with mutual TLS", "[testclient]") {
-  Fixture f(true);
+  ConnectFixture f(true);
   auto d = ConnectStream::dial(f.tls_frontend(), "echo:443", 5s * kSlowFactor);
   REQUIRE(d.error.empty());
   REQUIRE(d.stream);

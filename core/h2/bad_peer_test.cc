@@ -30,10 +30,6 @@ using namespace konn::core::h2::testing;
 
 namespace {
 
-constexpr uint8_t kData = 0, kHeaders = 1, kRstStream = 3, kSettings = 4, kPing = 6, kGoaway = 7,
-                  kWindowUpdate = 8;
-constexpr uint8_t kEndStream = 1, kEndHeaders = 4, kAck = 1;
-
 uint32_t u32(const std::string& s, size_t at) {
   auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(s[at + i])); };
   return b(0) << 24 | b(1) << 16 | b(2) << 8 | b(3);

@@ -40,14 +40,6 @@ namespace {
 
 constexpr size_t kBig = 16 * 1024 * 1024;
 
-Packet data_packet(int64_t connect_id, const std::string& bytes) {
-  Packet p;
-  p.set_type(DATA);
-  p.mutable_data()->set_connectid(connect_id);
-  p.mutable_data()->set_data(bytes);
-  return p;
-}
-
 std::string serialized(const Packet& p) {
   std::string s;
   p.SerializeToString(&s);

@@ -258,6 +258,14 @@ std::string grpc_request_block(const std::string& path, std::string_view authori
   return b;
 }
 
+Packet data_packet(int64_t connect_id, const std::string& bytes) {
+  Packet p;
+  p.set_type(DATA);
+  p.mutable_data()->set_connectid(connect_id);
+  p.mutable_data()->set_data(bytes);
+  return p;
+}
+
 std::string be32(uint32_t v) {
   return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
           static_cast<char>(v)};

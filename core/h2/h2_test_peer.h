@@ -24,6 +24,7 @@
 #include <asio/ssl.hpp>
 
 #include "core/h2/connection.h"
+#include "konnectivity/client.pb.h"
 
 struct nghttp2_hd_inflater;
 
@@ -134,7 +135,14 @@ class ClientCall {
   bool ended_ = false;
 };
 
+// A Konnectivity DATA packet for tunnel `connect_id`.
+Packet data_packet(int64_t connect_id, const std::string& bytes);
+
 // Raw HTTP/2 bytes for peers that misbehave.
+// Frame types and flags (RFC 9113, section 6).
+inline constexpr uint8_t kData = 0, kHeaders = 1, kRstStream = 3, kSettings = 4, kPing = 6,
+                         kGoaway = 7, kWindowUpdate = 8;
+inline constexpr uint8_t kEndStream = 1, kEndHeaders = 4, kAck = 1;
 std::string frame(uint8_t type, uint8_t flags, uint32_t stream_id, std::string_view payload);
 std::string frame_header(uint8_t type, uint8_t flags, uint32_t stream_id, uint32_t length);
 inline constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -24,7 +24,7 @@ namespace konn::core::h2 {
 
 namespace {
 
-const std::shared_ptr<spdlog::logger>& logger() {
+const std::shared_ptr<spdlog::logger>& listener_logger() {
   static const auto log = core::log::get("h2");
   return log;
 }
@@ -123,7 +123,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
       if (self->conn_ && self->conn_->peer_settings_received()) return;
       self->state_->count(&ListenerStats::handshake_timeouts);
       if (self->state_->options.on_handshake_timeout) self->state_->options.on_handshake_timeout();
-      KONN_LOG(logger(), info, "{}: no handshake within {} ms, closed", self->log_name_,
+      KONN_LOG(listener_logger(), info, "{}: no handshake within {} ms, closed", self->log_name_,
                self->state_->options.handshake_timeout.count());
       self->close("handshake timeout");
     });
@@ -163,7 +163,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     if (done_) return;
     if (ec) {
       state_->count(&ListenerStats::handshake_failures);
-      KONN_LOG(logger(), info, "{}: TLS handshake failed: {}", log_name_,
+      KONN_LOG(listener_logger(), info, "{}: TLS handshake failed: {}", log_name_,
                ec == std::errc::protocol_not_supported
                    ? std::string("the client did not offer ALPN h2")
                    : ec.message());
@@ -177,7 +177,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     Connection::CallHandler handler;
     if (state_->on_accept) handler = state_->on_accept(conn_, peer_);
     if (!handler) {
-      KONN_LOG(logger(), info, "{}: refused by its owner", log_name_);
+      KONN_LOG(listener_logger(), info, "{}: refused by its owner", log_name_);
       auto conn = std::exchange(conn_, nullptr);
       conn->close("refused");
       finish();
@@ -236,7 +236,7 @@ void Listener::set_tls_context(std::shared_ptr<asio::ssl::context> ctx) {
 void Listener::listen_tcp(const std::string& host, uint16_t port) {
   auto listening = core::net::listen_tcp(accept_ctx_, host, port);
   port_ = listening.local_endpoint().port();
-  KONN_LOG(logger(), info, "{} listening on {}:{}", state_->options.name,
+  KONN_LOG(listener_logger(), info, "{} listening on {}:{}", state_->options.name,
            host.empty() ? std::string("*") : host, port_);
   tcp_ = start_accepting(std::move(listening));
 }
@@ -244,7 +244,7 @@ void Listener::listen_tcp(const std::string& host, uint16_t port) {
 void Listener::listen_unix(const std::string& path, bool delete_existing, unsigned mode) {
   auto listening = core::net::listen_unix(accept_ctx_, path, delete_existing, mode);
   unix_path_ = path;
-  KONN_LOG(logger(), info, "{} listening on unix:{}", state_->options.name, path);
+  KONN_LOG(listener_logger(), info, "{} listening on unix:{}", state_->options.name, path);
   unix_ = start_accepting(std::move(listening));
 }
 
@@ -267,7 +267,7 @@ std::shared_ptr<core::net::PlacedAcceptor<Protocol>> Listener::start_accepting(
   };
   auto on_error = [state = state_](const std::error_code& ec) {
     // Out of descriptors, most likely: the acceptor waits a little rather than spin.
-    KONN_LOG(logger(), warn, "{}: accept: {}", state->options.name, ec.message());
+    KONN_LOG(listener_logger(), warn, "{}: accept: {}", state->options.name, ec.message());
   };
   auto acceptor = std::make_shared<core::net::PlacedAcceptor<Protocol>>(
       accept_ctx_, std::move(listening), follow, std::move(place), std::move(on_accept),
@@ -296,7 +296,7 @@ void Listener::begin(const std::shared_ptr<State>& state, Socket socket,
   if (!session) {
     // One line per hundred refusals: a flood of connections is not also a flood of logs.
     if (refused % 100 == 1) {
-      KONN_LOG(logger(), warn, "{}: {} connections open, one more refused ({} so far)",
+      KONN_LOG(listener_logger(), warn, "{}: {} connections open, one more refused ({} so far)",
                state->options.name, state->options.max_connections, refused);
     }
     std::error_code ignored;
@@ -364,7 +364,7 @@ void Listener::stop(std::chrono::milliseconds grace) {
   if (wait_closed(grace)) return;
   close_connections("the server is stopping");
   if (!wait_closed(std::chrono::seconds(5))) {
-    KONN_LOG(logger(), warn, "{}: {} connections still open after stop", state_->options.name,
+    KONN_LOG(listener_logger(), warn, "{}: {} connections still open after stop", state_->options.name,
              stats().open);
   }
 }

@@ -107,14 +107,6 @@ std::shared_ptr<grpc::Channel> channel(const std::string& target, bool tls) {
   return grpc::CreateCustomChannel(target, grpc::SslCredentials(o), args);
 }
 
-Packet data_packet(int64_t id, const std::string& bytes) {
-  Packet p;
-  p.set_type(DATA);
-  p.mutable_data()->set_connectid(id);
-  p.mutable_data()->set_data(bytes);
-  return p;
-}
-
 void round_trip(grpc::ClientReaderWriter<Packet, Packet>& stream, int64_t id) {
   REQUIRE(stream.Write(data_packet(id, "hello")));
   Packet back;

@@ -28,8 +28,6 @@ using namespace konn::core::h2::testing;
 
 namespace {
 
-constexpr uint8_t kData = 0, kHeaders = 1, kSettings = 4;
-constexpr uint8_t kEndStream = 1, kEndHeaders = 4, kAck = 1;
 using Unix = asio::local::stream_protocol;
 
 // A transport that keeps a copy of every write its inner transport is given.

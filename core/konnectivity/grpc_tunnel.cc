@@ -15,7 +15,7 @@
 namespace konn::core::konnectivity {
 namespace {
 
-const std::shared_ptr<spdlog::logger>& logger() {
+const std::shared_ptr<spdlog::logger>& tunnel_logger() {
   static auto log = core::log::get("konnectivity");
   return log;
 }
@@ -182,7 +182,7 @@ class GrpcTunnel::Core final : public StreamEvents,
 
   void set_state(State s, const std::string& why) {
     if (state_ == s) return;
-    KONN_LOG(logger(), debug, "[D{} C{}] {} -> {}{}{}", dial_id_, connect_id_, to_string(state_),
+    KONN_LOG(tunnel_logger(), debug, "[D{} C{}] {} -> {}{}{}", dial_id_, connect_id_, to_string(state_),
              to_string(s), why.empty() ? "" : ": ", why);
     state_ = s;
     if (s == State::Closed && end_reason_.empty()) end_reason_ = why;
@@ -394,7 +394,7 @@ io::Awaitable<GrpcTunnel::DialOutcome> GrpcTunnel::dial(ProxyService::Stub& stub
   }
   DialOutcome out;
   if (!core->answered_) {
-    KONN_LOG(logger(), debug, "[D{}] dial {}: no DIAL_RSP within {}ms, sending DIAL_CLS",
+    KONN_LOG(tunnel_logger(), debug, "[D{}] dial {}: no DIAL_RSP within {}ms, sending DIAL_CLS",
              core->dial_id_, address, timeout.count());
     core->begin_close();
     out.error = DialError{DialFailure::Timeout,

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <iomanip>
 #include <poll.h>
 #include <spawn.h>
 #include <sstream>
@@ -22,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "core/kube/lease.h"
 #include "core/net/endpoint.h"
 
 extern char** environ;
@@ -189,30 +189,6 @@ constexpr const char* kExecV1beta1 = "client.authentication.k8s.io/v1beta1";
 // Plugin output we keep: an ExecCredential is a few KiB; more is a broken plugin.
 constexpr size_t kMaxExecStdout = 1 << 20;
 constexpr size_t kMaxExecStderr = 1024;  // quoted in the error; the rest is read and dropped
-
-// Parses an RFC 3339 time ("2026-01-02T03:04:05Z", fractions and "+hh:mm" offsets allowed);
-// nullopt when absent or unparsable.
-std::optional<std::time_t> parse_rfc3339(const std::string& s) {
-  std::tm tm{};
-  std::istringstream in(s);
-  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
-  if (in.fail()) return std::nullopt;
-  std::time_t t = timegm(&tm);
-  std::string rest;
-  in >> rest;
-  size_t pos = 0;
-  if (pos < rest.size() && rest[pos] == '.') {
-    ++pos;
-    while (pos < rest.size() && std::isdigit(static_cast<unsigned char>(rest[pos]))) ++pos;
-  }
-  if (pos < rest.size() && (rest[pos] == '+' || rest[pos] == '-') && rest.size() >= pos + 6) {
-    int sign = rest[pos] == '+' ? 1 : -1;
-    int hh = std::atoi(rest.substr(pos + 1, 2).c_str());
-    int mm = std::atoi(rest.substr(pos + 4, 2).c_str());
-    t -= sign * (hh * 3600 + mm * 60);
-  }
-  return t;
-}
 
 // A string member of a JSON object, "" when absent or not a string.
 std::string json_string(const nlohmann::json& j, const char* key) {
@@ -429,7 +405,9 @@ ExecOutput run_exec_plugin(const ExecConfig& x, std::chrono::milliseconds timeou
     r.error = "exec plugin didn't return a token or cert/key pair";
     return r;
   }
-  r.expiry = parse_rfc3339(json_string(*st, "expirationTimestamp"));
+  if (auto expiry = parse_rfc3339(json_string(*st, "expirationTimestamp"))) {
+    r.expiry = std::chrono::system_clock::to_time_t(*expiry);
+  }
   return r;
 }
 

@@ -1,6 +1,7 @@
 #include "tests/support/test_certs.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -42,6 +43,14 @@ const TestCerts& test_certs() {
     certs = generate_certs(dir->path());
   });
   return certs;
+}
+
+TestCerts issue_certs(const TestCerts& ca, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  // gen-certs.sh signs with the CA it finds in `dir`.
+  std::filesystem::copy_file(ca.ca_crt, dir + "/ca.crt");
+  std::filesystem::copy_file(ca.ca_key, dir + "/ca.key");
+  return generate_certs(dir);
 }
 
 }  // namespace konn::testsupport

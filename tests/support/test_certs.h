@@ -21,4 +21,8 @@ const TestCerts& test_certs();
 // trust, for rejection tests.
 TestCerts generate_certs(const std::string& dir);
 
+// A new set in `dir` signed by the CA of `ca`: certificates (a second server certificate, say)
+// that peers trusting `ca` accept, for rotation tests.
+TestCerts issue_certs(const TestCerts& ca, const std::string& dir);
+
 }  // namespace konn::testsupport

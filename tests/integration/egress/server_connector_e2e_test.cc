@@ -23,8 +23,6 @@ using konn::testsupport::eventually;
 
 namespace {
 
-constexpr auto kNpos = std::string::npos;
-
 ServerConnectTarget target(uint16_t port, const std::string& proxy_url = "") {
   const auto& certs = konn::testsupport::test_certs();
   ServerConnectTarget t;
@@ -82,9 +80,9 @@ TEST_CASE("server connector: TLS with ALPN h2 to a proxy-server, directly and th
     INFO(r.error);
     REQUIRE(r.transport);
     r.transport->close();  // squid writes a CONNECT's line when its tunnel ends
-    CHECK(eventually([&] { return squid.access_log().find("TCP_TUNNEL/200") != kNpos; }, 5s));
+    CHECK(eventually([&] { return squid.access_log().find("TCP_TUNNEL/200") != std::string::npos; }, 5s));
     CHECK(squid.access_log().find("CONNECT 127.0.0.1:" + std::to_string(server.agent_port()) +
-                                  " alice ") != kNpos);
+                                  " alice ") != std::string::npos);
   }
 }
 
@@ -121,7 +119,7 @@ TEST_CASE("server connector: through tinyproxy, and its 401 and 403", "[e2e][egr
     auto r = connect(target(server.agent_port(), proxy.url("alice:secret")));
     INFO(r.error);
     CHECK(r.transport);
-    CHECK(proxy.log().find(connect_line) != kNpos);
+    CHECK(proxy.log().find(connect_line) != std::string::npos);
   }
   SECTION("wrong credentials: 401") {
     Tinyproxy proxy({"alice", "secret", {}, {}});

@@ -16,6 +16,9 @@
 
 namespace konn::e2e {
 
+// The prefix of the proxy-server's upstream-named metrics.
+inline const std::string kServer = "konnectivity_network_proxy_server_";
+
 using namespace std::chrono_literals;
 using testsupport::parse_prometheus_text;
 using testsupport::PromParse;

@@ -25,7 +25,6 @@ using konn::testsupport::eventually;
 
 namespace {
 
-const std::string kServer = "konnectivity_network_proxy_server_";
 const std::string kAgent = "konnectivity_network_proxy_agent_";
 
 // promtool from $PATH (scripts/setup.sh puts it in /usr/local/bin); "" when absent.

@@ -25,8 +25,6 @@ using konn::testsupport::eventually;
 
 namespace {
 
-const std::string kServer = "konnectivity_network_proxy_server_";
-
 double limit_hits(const FleetServer& s, const std::string& limit) {
   return s.metric(kServer + "limits_hit_total", {{"limit", limit}}).value_or(-1);
 }

@@ -24,7 +24,6 @@ using konn::testsupport::eventually;
 
 namespace {
 
-const std::string kServer = "konnectivity_network_proxy_server_";
 const std::string kNotAllowed = "not allowed by the agent's --allowed-destinations";
 
 double refused(const FleetAgent& a, const std::string& reason) {

@@ -38,18 +38,6 @@ std::string file_fingerprint(const std::string& cert) {
   return run_process(o, 10s).output;
 }
 
-// A second server certificate signed by the same CA, in `dir`.
-void issue_server_cert(const konn::testsupport::TestCerts& certs, const fs::path& dir) {
-  fs::create_directories(dir);
-  fs::copy_file(certs.ca_crt, dir / "ca.crt");
-  fs::copy_file(certs.ca_key, dir / "ca.key");
-  ProcessOptions o;
-  o.binary = "bash";
-  o.search_path = true;
-  o.args = {konn::testsupport::source_dir() + "/scripts/gen-certs.sh", dir.string()};
-  REQUIRE(run_process(o, 30s).exit_code == 0);
-}
-
 }  // namespace
 
 TEST_CASE("rotating the agent-port certificate keeps tunnels and serves the new one",
@@ -58,8 +46,8 @@ TEST_CASE("rotating the agent-port certificate keeps tunnels and serves the new 
   konn::testsupport::TempDir dir("konn-rotate");
   fs::path root(dir.path());
   // Kubernetes mounts Secrets through a symlinked directory swapped atomically; do the same.
-  issue_server_cert(certs, root / "v1");
-  issue_server_cert(certs, root / "v2");
+  konn::testsupport::issue_certs(certs, (root / "v1").string());
+  konn::testsupport::issue_certs(certs, (root / "v2").string());
   fs::create_directory_symlink(root / "v1", root / "live");
 
   konn::testsupport::EchoServer echo(true);

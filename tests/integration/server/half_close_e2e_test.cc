@@ -28,11 +28,11 @@
 using namespace std::chrono_literals;
 using konn::e2e::FleetAgent;
 using konn::e2e::FleetServer;
+using konn::e2e::kServer;
 using konn::testsupport::eventually;
 
 namespace {
 
-const std::string kServer = "konnectivity_network_proxy_server_";
 const std::string kAgent = "konnectivity_network_proxy_agent_";
 
 // A destination that reads what it is sent and, depending on `answer_after_eof`:

@@ -55,14 +55,6 @@ void replace_file(const fs::path& from, const fs::path& to) {
   fs::rename(tmp, to);
 }
 
-// A server certificate signed by `certs`' CA, different from certs.server_crt, in `dir`.
-void issue_server_cert(const konn::testsupport::TestCerts& certs, const fs::path& dir) {
-  fs::create_directories(dir);
-  fs::copy_file(certs.ca_crt, dir / "ca.crt");
-  fs::copy_file(certs.ca_key, dir / "ca.key");
-  konn::testsupport::generate_certs(dir.string());
-}
-
 // Echoes `n` bytes through `s` and checks they come back.
 bool echoes(ByteStream& s, const std::string& payload) {
   if (!s.write(payload)) return false;
@@ -82,8 +74,8 @@ TEST_CASE("http-connect mTLS frontend: rotating the server certificate keeps a C
   const auto& certs = konn::testsupport::test_certs();
   konn::testsupport::TempDir dir("konn-hcrot");
   fs::path root(dir.path());
-  issue_server_cert(certs, root / "v1");
-  issue_server_cert(certs, root / "v2");
+  konn::testsupport::issue_certs(certs, (root / "v1").string());
+  konn::testsupport::issue_certs(certs, (root / "v2").string());
   fs::create_directories(root / "live");
   fs::copy_file(root / "v1/server.crt", root / "live/server.crt");
   fs::copy_file(root / "v1/server.key", root / "live/server.key");
