@@ -221,7 +221,7 @@ TEST_CASE("an unknown --config key is an error naming the file, the line and the
   CHECK(r.errors[2] == f.path + ":6: unknown key \"zzzzzz\"");  // nothing near: no guess
 }
 
-TEST_CASE("--check-config fails on a typo'd key instead of ignoring it", "[config]") {
+TEST_CASE("a mistyped key fails --check-config instead of being ignored", "[config]") {
   TempYaml f("bind-adress: 0.0.0.0\n");
   auto r = run_as("socks5", {"--check-config", "--config", f.path});
   CHECK(r.check_config);
