@@ -23,11 +23,12 @@ lock_timeout=${KONN_APT_LOCK_TIMEOUT:-900}
 # lock_holder FILE: prints "NAME (pid N)" of the process holding a POSIX lock on FILE, or nothing.
 # Reads /proc/locks, so it needs neither root nor fuser/lsof.
 lock_holder() {
-  local inode pid
+  local inode pid prog
   [ -e "$1" ] || return 0
   inode=$(stat -c %i "$1")
-  pid=$(awk -v ino="$inode" '{ split($(NF-2), id, ":"); if (id[3] == ino) { print $(NF-3); exit } }' \
-    /proc/locks 2>/dev/null)
+  # /proc/locks lines end "PID MAJOR:MINOR:INODE START END".
+  prog='{ split($(NF-2), id, ":"); if (id[3] == ino) { print $(NF-3); exit } }'
+  pid=$(awk -v ino="$inode" "$prog" /proc/locks 2>/dev/null)
   [ -n "$pid" ] || return 0
   echo "$(cat "/proc/$pid/comm" 2>/dev/null || echo '?') (pid $pid)"
 }

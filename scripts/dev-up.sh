@@ -98,7 +98,8 @@ else
   # machine), over the cores.
   dry=$(mktemp "$build/.dev-up-dry.XXXXXX")
   cp "$build/build.ninja" "$dry"
-  steps=$(ninja -C "$build" -f "$dry" -n "${targets[@]}" 2>/dev/null | grep -c 'Building CXX' || true)
+  steps=$(ninja -C "$build" -f "$dry" -n "${targets[@]}" 2>/dev/null |
+    grep -c 'Building CXX' || true)
   rm -f "$dry"
   per_step=$(awk -F'\t' '$4 ~ /\.o$/ && $2 - $1 > 1500 { print ($2 - $1) / 1000 }' \
     "$build/.ninja_log" 2>/dev/null | sort -n |
@@ -108,7 +109,8 @@ else
     echo "dev-up: build: the binaries are up to date (${targets[*]})"
   else
     est=$(( (steps * per_step + cores - 1) / cores ))
-    if [ "$est" -lt 60 ]; then est_text="under a minute"; else est_text="about $(( (est + 59) / 60 )) min"; fi
+    est_text="about $(( (est + 59) / 60 )) min"
+    [ "$est" -ge 60 ] || est_text="under a minute"
     echo "dev-up: build: $steps compile step(s) for ${targets[*]}"
     echo "dev-up: build: $est_text here (~${per_step} s a step on $cores cores; less with ccache" \
       "hits, more under load: $(cut -d' ' -f1 /proc/loadavg) now)"
@@ -206,9 +208,9 @@ else
   api=$(sed -n 's/^listening on //p' "$run/logs/fake-apiserver.log" | head -1)
   api_port=${api##*:}
   # Written here rather than with kubectl, which a fresh machine may not have yet. Each line:
-  # file suffix ("." for none), apiserver host, proxy-url. "-socks5-name" names the apiserver "localhost": Go's
-  # SOCKS5 client sends a name unresolved, so the agent resolves it (what socks5h:// means to
-  # curl; kubectl refuses the socks5h scheme in a proxy-url).
+  # file suffix ("." for none), apiserver host, proxy-url. "-socks5-name" names the apiserver
+  # "localhost": Go's SOCKS5 client sends a name unresolved, so the agent resolves it (what
+  # socks5h:// means to curl; kubectl refuses the socks5h scheme in a proxy-url).
   while read -r suffix host proxy_url; do
     [ "$suffix" != . ] || suffix=
     cat >"$run/kubeconfig$suffix" <<KC
@@ -243,10 +245,11 @@ start kubeproxy-connect "$bin/kubeproxy-http" --mode=connect --address=127.0.0.1
 wait_for_log kubeproxy-connect "Starting to serve on"
 
 phase_done start "(logs: $run/logs)"
+stop_cmd="${KONN_DEV_UP_RUN_DIR:+KONN_DEV_UP_RUN_DIR=$run }scripts/dev-up.sh stop"
 
 cat <<TRY
 
-konn is up (logs in $run/logs, stop with: ${KONN_DEV_UP_RUN_DIR:+KONN_DEV_UP_RUN_DIR=$run }scripts/dev-up.sh stop)
+konn is up (logs in $run/logs, stop with: $stop_cmd)
 
   Ports it opened:
     demo-origin     127.0.0.1:18080

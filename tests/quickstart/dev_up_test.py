@@ -28,13 +28,15 @@ RULES = [
     (r"proxy-test-client .*--request-path=/hello", [r"hello from demo-origin.*/hello"]),
     (r"proxy-test-client .*--pipe", [r"HTTP/1\.1 200 OK", r"/piped"]),
     (r"curl --socks5-hostname .*/socks", [r"hello from demo-origin.*/socks"]),
-    (r"kubectl --kubeconfig=\S+ get pods --watch", [r"NAME\s+READY\s+STATUS", r"pod-0", r"pod-2"]),
+    (r"kubectl --kubeconfig=\S+ get pods --watch",
+     [r"NAME\s+READY\s+STATUS", r"pod-0", r"pod-2"]),
     (r"kubectl --kubeconfig=\S+ get pods$", [r"NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE",
                                              r"pod-0\s+1/1\s+Running", r"pod-1"]),
     (r"kubectl --kubeconfig=\S+ version$", [r"Client Version: v", r"Server Version: v1\.32\.0"]),
     (r"kubectl --kubeconfig=\S+ get --raw /api/v1/namespaces$",
      [r'"kind":"NamespaceList"', r'"kube-system"']),
-    (r"kubectl --kubeconfig=\S+ get namespaces$", [r"NAME\s+STATUS\s+AGE", r"kube-system\s+Active"]),
+    (r"kubectl --kubeconfig=\S+ get namespaces$",
+     [r"NAME\s+STATUS\s+AGE", r"kube-system\s+Active"]),
     (r"curl -s http://127\.0\.0\.1:8095/metrics \| grep",
      [r"konnectivity_network_proxy_server_dial_duration_seconds_count \d+"]),
     (r"curl -s http://127\.0\.0\.1:8096/metrics \| grep ", [r"konn_socks5_sessions_total"]),
@@ -47,7 +49,8 @@ RULES = [
 SERVER_DIALS = ("http://127.0.0.1:8095/metrics",
                 "konnectivity_network_proxy_server_dial_duration_seconds_count")
 SOCKS5_SESSIONS = ("http://127.0.0.1:8096/metrics", "konn_socks5_sessions_total")
-CONNECT_REQUESTS = ("http://127.0.0.1:8098/metrics", 'konn_kubeproxy_requests_total{mode="connect"}')
+CONNECT_REQUESTS = ("http://127.0.0.1:8098/metrics",
+                    'konn_kubeproxy_requests_total{mode="connect"}')
 PROXY_REQUESTS = ("http://127.0.0.1:8097/metrics", 'konn_kubeproxy_requests_total{mode="proxy"}')
 PATHS = {
     "kubeconfig-socks5 ": [SOCKS5_SESSIONS, SERVER_DIALS],
@@ -158,9 +161,8 @@ def main():
                                timeout=60)
             took = time.monotonic() - t
             out = p.stdout + p.stderr
-            print("$ %s\n  (exit %d, %.1f s)\n%s" % (cmd, p.returncode, took,
-                                                    "\n".join("  | " + l for l in out.splitlines()[:12])),
-                  flush=True)
+            shown = "\n".join("  | " + line for line in out.splitlines()[:12])
+            print("$ %s\n  (exit %d, %.1f s)\n%s" % (cmd, p.returncode, took, shown), flush=True)
             if p.returncode != 0:
                 fail("exit %d: %s" % (p.returncode, flat))
             for want in rule[1]:
