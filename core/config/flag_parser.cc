@@ -261,13 +261,14 @@ std::vector<std::string> FlagParser::unknown_argument_errors() const {
   auto extras = app_->remaining();
   for (size_t i = 0; i < extras.size(); ++i) {
     const std::string& arg = extras[i];
-    if (arg.size() < 2 || arg[0] != '-') {
+    auto eq = arg.find('=');
+    std::string shown = arg.substr(0, eq);
+    auto start = shown.find_first_not_of('-');
+    if (start == 0 || start == std::string::npos) {
       out.push_back("unexpected argument \"" + arg + "\" (flags are written --name=value)");
       continue;
     }
-    auto eq = arg.find('=');
-    std::string shown = arg.substr(0, eq);
-    std::string name = shown.substr(shown.find_first_not_of('-'));
+    std::string name = shown.substr(start);
     out.push_back(unknown_name_error(shown, name, "--", false));
     // `--unknown value`: the value is not a second problem.
     if (eq == std::string::npos && i + 1 < extras.size() && !extras[i + 1].empty() &&

@@ -264,6 +264,10 @@ TEST_CASE("an unknown flag gets a did-you-mean and is reported once, value inclu
   auto stray = run_as("socks5", {"stray"});
   REQUIRE(stray.errors.size() == 1);
   CHECK(stray.errors[0].find("unexpected argument \"stray\"") == 0);
+  auto dashes = run_as("socks5", {"---", "--=x"});
+  REQUIRE(dashes.errors.size() == 2);
+  CHECK(dashes.errors[0].find("unexpected argument \"---\"") == 0);
+  CHECK(dashes.errors[1].find("unexpected argument \"--=x\"") == 0);
 
   // The unknown flag comes before the errors of the flags that were understood.
   auto both = run_as("socks5", {"--port=eighty", "--agent-prot=8091"});
