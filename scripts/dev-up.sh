@@ -203,7 +203,7 @@ if [ "$use_fake_apiserver" = 0 ]; then
   api_note="your kubeconfig context $(kubectl config current-context)"
 else
   start fake-apiserver "$bin/kubeproxy-fake-apiserver" --cert "$certs/server.crt" \
-    --key "$certs/server.key" --token dev-token
+    --key "$certs/server.key" --token dev-token --watch-open
   wait_for_log fake-apiserver "listening on"
   api=$(sed -n 's/^listening on //p' "$run/logs/fake-apiserver.log" | head -1)
   api_port=${api##*:}

@@ -9,7 +9,8 @@
 //                                             with ?watch=1 or true a chunked watch (see
 //                                             send_watch: --watch-events events, one every
 //                                             --watch-interval-ms, then open until
-//                                             timeoutSeconds or the client leaves)
+//                                             timeoutSeconds, or with --watch-open until the
+//                                             client leaves)
 //   GET  /api/v1/namespaces/NS[/pods/NAME]    one object, or a NotFound Status
 //   GET  /download?bytes=N                    N bytes (Content-Length; download_body.h says which)
 //   POST /echo                                the request body back (Content-Length)
@@ -69,6 +70,7 @@ struct Config {
   bool plain = false;
   int watch_events = 5;
   int watch_interval_ms = 200;
+  bool watch_open = false;
   uint16_t bound_port = 0;
 };
 
@@ -324,8 +326,9 @@ Headers octet_headers(uint64_t n) {
 // A watch of `listing`: chunked, one JSON WatchEvent per line, its object a one-row Table when
 // kubectl asks for tables. Without a resourceVersion (or with "0") the existing objects come
 // first as ADDED, as kube-apiserver sends them; pods then keep arriving (pod-2, pod-3, ...) until
-// --watch-events events were sent, one every --watch-interval-ms. The stream then stays open, as
-// kube-apiserver's does: until timeoutSeconds (then it ends), else until the client closes.
+// --watch-events events were sent, one every --watch-interval-ms. With timeoutSeconds the stream
+// then stays open until that timeout; without, it ends, or with --watch-open stays open until the
+// client closes, as kube-apiserver's does.
 Awaitable<bool> send_watch(ByteStream& s, const Listing& listing, bool as_table,
                            const std::string& query, const Config& cfg) {
   auto started = std::chrono::steady_clock::now();
@@ -359,7 +362,10 @@ Awaitable<bool> send_watch(ByteStream& s, const Listing& listing, bool as_table,
     co_await t.async_wait(konn::core::io::use_nothrow);
     co_return co_await send(s, std::string(konn::core::http::kLastChunk));
   }
-  // No timeoutSeconds: open until the client leaves, as kube-apiserver's watch (kubectl's
+  if (!ok || !cfg.watch_open) {
+    co_return ok&& co_await send(s, std::string(konn::core::http::kLastChunk));
+  }
+  // --watch-open: open until the client leaves, as kube-apiserver's watch (kubectl's
   // --request-timeout ends it from the client side).
   std::vector<char> sink(4096);
   while (ok) {
@@ -591,6 +597,9 @@ int main(int argc, char** argv) {
   flags.add("plain", &cfg.plain, "serve plain HTTP instead of TLS");
   flags.add("watch-events", &cfg.watch_events, "events of the chunked watch");
   flags.add("watch-interval-ms", &cfg.watch_interval_ms, "milliseconds between watch events");
+  flags.add("watch-open", &cfg.watch_open,
+            "keep a watch without timeoutSeconds open after its events until the client leaves "
+            "(kube-apiserver's behaviour; without it the stream ends)");
   auto parsed = flags.parse(argc, argv);
   if (parsed.exit_now) {
     std::cout << parsed.output;
