@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/config/validation.h"
+
 namespace konn::kubeproxy {
 namespace {
 
@@ -37,17 +39,15 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
   f.add("www-prefix,P", &www_prefix,
         "Prefix to serve static files under, if static file directory is specified.");
   f.add("accept-paths", &accept_paths,
-        "Regular expression for paths that the proxy should accept. (default \"^.*\")");
+        "Regular expression for paths that the proxy should accept.");
   f.add("reject-paths", &reject_paths,
         "Regular expression for paths that the proxy should reject. Paths specified here will be "
-        "rejected even accepted by --accept-paths. (default "
-        "\"^/api/.*/pods/.*/exec,^/api/.*/pods/.*/attach\")");
+        "rejected even accepted by --accept-paths.");
   f.add("accept-hosts", &accept_hosts,
-        "Regular expression for hosts that the proxy should accept. (default "
-        "\"^localhost$,^127\\.0\\.0\\.1$,^\\[::1\\]$\")");
+        "Regular expression for hosts that the proxy should accept.");
   f.add("reject-methods", &reject_methods,
         "Regular expression for HTTP methods that the proxy should reject (example "
-        "--reject-methods='POST,PUT,PATCH'). (default \"^$\")");
+        "--reject-methods='POST,PUT,PATCH').");
   f.add("disable-filter", &disable_filter,
         "If true, disable request filtering in the proxy. This is dangerous, and can leave you "
         "vulnerable to XSRF attacks, when used with an accessible port.");
@@ -86,8 +86,9 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
         "kubeproxy-http: \"proxy\" (kubectl proxy) or \"connect\" (HTTP CONNECT forward proxy for "
         "HTTPS_PROXY / proxy-url).");
   f.add("allowed-destinations", &allowed_destinations,
-        "kubeproxy-http, connect mode: regular expressions over host:port that CONNECT may reach "
-        "(default: any).");
+        "kubeproxy-http, connect mode: regular expressions over host:port that CONNECT may "
+        "reach.");
+  f.set_default_text("allowed-destinations", "any");
   f.add("proxy-user", &proxy_user,
         "kubeproxy-http, connect mode: \"user:password\" callers must send as Proxy-Authorization: "
         "Basic (407 otherwise).");
@@ -119,11 +120,13 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
         "kubeproxy-http: trace, debug, info, warn, error, or a klog number.");
   f.add("health-port", &health_port,
         "kubeproxy-http: port of the /healthz, /readyz and /metrics listener (0: any free port, "
-        "-1: none). Proxy mode: none unless given. Connect mode: 8097 unless given; a taken "
-        "default port is logged and skipped.");
+        "-1: none). In connect mode a taken default port is logged and skipped; a port that was "
+        "given must be bound.");
+  f.set_default_text("health-port", "8097 in connect mode, none in proxy mode");
   f.add("health-bind-address", &health_bind_address,
-        "kubeproxy-http: bind address of the health listener (default: 127.0.0.1 in proxy mode, "
-        "every interface in connect mode).");
+        "kubeproxy-http: bind address of the health listener.");
+  f.set_default_text("health-bind-address",
+                     "127.0.0.1 in proxy mode, every interface in connect mode");
   konnectivity.register_flags(f);
   f.add("half-close-timeout", &half_close_timeout,
         "kubeproxy-http: close a CONNECT tunnel (connect mode) or an upgraded connection (101) "
@@ -133,7 +136,7 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
 
 std::vector<std::string> KubeproxyOptions::validate(bool port_set) const {
   std::vector<std::string> errors;
-  if (port < 0 || port > 65535) errors.push_back("--port: must be between 0 and 65535");
+  core::config::check_range(errors, "--port", port, 0, 65535);
   if (!unix_socket.empty() && port_set && port != 8001) {
     errors.push_back("--unix-socket: don't specify both --unix-socket and --port");
   }
@@ -152,9 +155,7 @@ std::vector<std::string> KubeproxyOptions::validate(bool port_set) const {
   if (exec_plugin_timeout.count() <= 0) errors.push_back("--exec-plugin-timeout: must be positive");
   if (max_header_bytes < 1024) errors.push_back("--max-header-bytes: must be at least 1024");
   if (workers < 0) errors.push_back("--workers: must not be negative");
-  if (health_port < -1 || health_port > 65535) {
-    errors.push_back("--health-port: must be between -1 and 65535");
-  }
+  core::config::check_range(errors, "--health-port", health_port, -1, 65535);
   konnectivity.validate(errors);
   if (konnectivity.enabled() && mode != "connect") {
     errors.push_back("--konnectivity-address: only with --mode=connect");

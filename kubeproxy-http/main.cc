@@ -26,17 +26,18 @@ int main(int argc, char** argv) {
     std::cout << parsed.output;
     return 0;
   }
-  auto errors = parsed.errors;
   options.health_port_set = flags.was_set("health-port");
-  for (auto& e : options.validate(flags.was_set("port"))) errors.push_back(std::move(e));
-  if (!konn::core::log::set_level(options.log_level)) {
-    errors.push_back("--log-level: unknown level \"" + options.log_level + "\"");
+  // A flag that did not parse keeps its default: validating the others then would only add
+  // complaints unrelated to the mistake.
+  auto errors = parsed.errors;
+  if (errors.empty()) {
+    errors = options.validate(flags.was_set("port"));
+    if (!konn::core::log::set_level(options.log_level)) {
+      errors.push_back("--log-level: unknown level \"" + options.log_level + "\"");
+    }
   }
   if (parsed.check_config) return konn::core::config::finish_check_config("kubeproxy-http", errors);
-  if (!errors.empty()) {
-    for (const auto& e : errors) std::cerr << "error: " << e << "\n";
-    return 1;
-  }
+  if (!errors.empty()) return konn::core::config::report_usage_errors("kubeproxy-http", errors);
   options.print(*konn::core::log::get("kubeproxy"));
   try {
     konn::kubeproxy::KubeproxyApp app(options);

@@ -10,6 +10,7 @@
 
 #include "core/config/log_flags.h"
 #include "core/config/uuid.h"
+#include "core/config/validation.h"
 #include "core/net/url_escape.h"
 
 namespace konn::agent {
@@ -119,7 +120,8 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("agent-key", &agent_key, "Key of --agent-cert");
   p.add("alpn-proto", &alpn_protos,
         "Extra ALPN ids to offer (accepted; gRPC C++ 1.51 offers only h2, so they are ignored)");
-  p.add("agent-id", &agent_id, "Agent id sent to the server (default $PROXY_AGENT_ID or a UUID)");
+  p.add("agent-id", &agent_id, "Agent id sent to the server");
+  p.set_default_text("agent-id", "$PROXY_AGENT_ID or a random UUID");
   p.add("agent-identifiers", &agent_identifiers,
         "Identifiers as a URL query, e.g. host=node1&ipv4=10.0.0.5&default-route=true");
   p.add("service-account-token-path", &service_account_token_path,
@@ -139,7 +141,7 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("allowed-destinations", &allowed_destinations,
         "Where dials may go: rules [!]<ip|cidr|*>[:port[-port]] (IPv6 with a port in brackets), "
         "checked on every resolved address; allowed when an allow rule covers it and no ! rule "
-        "does. Default: everything but the metadata addresses; * allows everything");
+        "does; * allows everything. The default is everything but the metadata addresses");
   p.add("max-endpoint-connections", &max_endpoint_connections,
         "Endpoint connections (dialling or open) at once; more dials are refused (0: no limit)");
   p.add("half-close-timeout", &half_close_timeout,
@@ -213,10 +215,7 @@ std::vector<std::string> AgentOptions::validate() const {
       errors.push_back("--proxy-server-host: \"" + h + "\" is not a host name or address");
     }
   }
-  if (proxy_server_port <= 0 || proxy_server_port > 65535) {
-    errors.push_back("--proxy-server-port: must be 1-65535, got " +
-                     std::to_string(proxy_server_port));
-  }
+  core::config::check_range(errors, "--proxy-server-port", proxy_server_port, 1, 65535);
   std::string proxy_error;
   if (!EgressProxyConfig::resolve(proxy_url, proxy_env, &proxy_error)) {
     errors.push_back(proxy_error);
@@ -269,12 +268,8 @@ std::vector<std::string> AgentOptions::validate() const {
   if (lease_poll_interval < std::chrono::seconds(1)) {
     errors.push_back("--lease-poll-interval: must be at least 1s");
   }
-  if (health_server_port < 0 || health_server_port > 65535) {
-    errors.push_back("--health-server-port: must be 0-65535");
-  }
-  if (admin_server_port < 0 || admin_server_port > 65535) {
-    errors.push_back("--admin-server-port: must be 0-65535");
-  }
+  core::config::check_range(errors, "--health-server-port", health_server_port, 0, 65535);
+  core::config::check_range(errors, "--admin-server-port", admin_server_port, 0, 65535);
   if (!valid_log_level(log_level)) {
     errors.push_back("--v: \"" + log_level + "\" is neither a klog level nor a level name");
   }

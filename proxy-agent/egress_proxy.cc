@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/config/validation.h"
 #include "core/kube/kubeconfig.h"
 #include "core/net/url_escape.h"
 
@@ -175,7 +176,7 @@ std::optional<EgressProxy> parse_proxy_url(std::string_view url, std::string* er
     int n = 0;
     auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), n);
     if (ec != std::errc() || ptr != port.data() + port.size() || n < 1 || n > 65535) {
-      return fail("proxy port \"" + port + "\" is not 1-65535");
+      return fail("proxy port " + core::config::range_error_text(port, 1, 65535));
     }
     p.port = n;
   }

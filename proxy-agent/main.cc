@@ -24,13 +24,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   options.apply_environment();
+  // A flag that did not parse keeps its default: validating the others then would only add
+  // complaints unrelated to the mistake.
   auto errors = parsed.errors;
   if (errors.empty()) errors = options.validate();
   if (parsed.check_config) return konn::core::config::finish_check_config("proxy-agent", errors);
-  if (!errors.empty()) {
-    for (const auto& e : errors) std::cerr << "proxy-agent: " << e << "\n";
-    return 1;
-  }
+  if (!errors.empty()) return konn::core::config::report_usage_errors("proxy-agent", errors);
   if (!options.log_file.empty()) konn::core::log::set_file(options.log_file);
   konn::core::log::set_level(options.log_level);
   options.print(*konn::core::log::get("agent"));

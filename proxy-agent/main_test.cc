@@ -45,33 +45,34 @@ TEST_CASE("proxy-agent --help lists the upstream flags and exits 0", "[agent][bi
   }
 }
 
-TEST_CASE("proxy-agent names every bad flag and exits 1", "[agent][binary]") {
+TEST_CASE("proxy-agent names every bad flag and exits 2 (a usage error)", "[agent][binary]") {
   auto unknown = run_agent("--no-such-flag=1");
-  CHECK(unknown.exit_code == 1);
+  CHECK(unknown.exit_code == 2);
   CHECK(unknown.output.find("no-such-flag") != std::string::npos);
 
   auto bad = run_agent("--sync-interval=5s --sync-interval-cap=1s --agent-identifiers=uid=1");
-  CHECK(bad.exit_code == 1);
+  CHECK(bad.exit_code == 2);
   CHECK(bad.output.find("--sync-interval-cap") != std::string::npos);
   CHECK(bad.output.find("--agent-identifiers") != std::string::npos);
 
   auto value = run_agent("--keepalive-time=often");
-  CHECK(value.exit_code == 1);
+  CHECK(value.exit_code == 2);
   CHECK(value.output.find("--keepalive-time") != std::string::npos);
 }
 
 TEST_CASE("proxy-agent refuses a bad --proxy-url or HTTPS_PROXY at start-up", "[agent][binary]") {
   auto scheme = run_agent("--proxy-url=https://proxy:3128");
-  CHECK(scheme.exit_code == 1);
+  CHECK(scheme.exit_code == 2);
   CHECK(scheme.output.find("--proxy-url: scheme \"https\" is not supported") != std::string::npos);
 
   auto port = run_agent("--proxy-url=http://u:secret@proxy:99999");
-  CHECK(port.exit_code == 1);
-  CHECK(port.output.find("--proxy-url: proxy port \"99999\" is not 1-65535") != std::string::npos);
+  CHECK(port.exit_code == 2);
+  CHECK(port.output.find("--proxy-url: proxy port \"99999\" must be between 1 and 65535") !=
+        std::string::npos);
   CHECK(port.output.find("secret") == std::string::npos);
 
   auto env = run_agent("", "HTTPS_PROXY=socks5://proxy:1080");
-  CHECK(env.exit_code == 1);
+  CHECK(env.exit_code == 2);
   CHECK(env.output.find("$HTTPS_PROXY: scheme \"socks5\"") != std::string::npos);
 
   // The flag wins: a bad environment does not matter then.

@@ -24,16 +24,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   options.apply_environment();
+  // A flag that did not parse keeps its default: validating the others then would only add
+  // complaints unrelated to the mistake.
   auto errors = parsed.errors;
-  for (auto& e : options.validate()) errors.push_back(std::move(e));
-  if (!konn::core::log::set_level(options.log_level)) {
-    errors.push_back("--v: unknown log level \"" + options.log_level + "\"");
+  if (errors.empty()) {
+    errors = options.validate();
+    if (!konn::core::log::set_level(options.log_level)) {
+      errors.push_back("--v: unknown log level \"" + options.log_level + "\"");
+    }
   }
   if (parsed.check_config) return konn::core::config::finish_check_config("proxy-server", errors);
-  if (!errors.empty()) {
-    for (const auto& e : errors) std::fprintf(stderr, "proxy-server: %s\n", e.c_str());
-    return 1;
-  }
+  if (!errors.empty()) return konn::core::config::report_usage_errors("proxy-server", errors);
   if (!options.log_file.empty()) konn::core::log::set_file(options.log_file);
   options.print(*konn::core::log::get("server"));
   try {

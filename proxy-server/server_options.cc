@@ -8,6 +8,7 @@
 #include "core/config/duration.h"
 #include "core/config/log_flags.h"
 #include "core/config/uuid.h"
+#include "core/config/validation.h"
 #include "core/kube/lease.h"
 #include "core/net/endpoint.h"
 #include "core/tls/cipher_suites.h"
@@ -34,7 +35,8 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("cluster-key", &cluster_key, "Key of --cluster-cert");
   p.add("cluster-ca-cert", &cluster_ca_cert, "CA for agent client certificates (enables mTLS)");
   p.add("keepalive-time", &keepalive_time, "Keepalive ping interval towards agents");
-  p.add("cipher-suites", &cipher_suites, "TLS cipher suites (Go names)");
+  p.add("cipher-suites", &cipher_suites, "TLS 1.2 cipher suites (Go names)");
+  p.set_default_text("cipher-suites", "the TLS library's secure suites");
   p.add("tls-min-version", &tls_min_version, "Minimum TLS version (VersionTLS12, VersionTLS13)");
   p.add("agent-namespace", &agent_namespace, "Namespace of the agents' service account");
   p.add("agent-service-account", &agent_service_account, "Service account of the agents");
@@ -54,7 +56,8 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("kube-api-content-type", &kube_api_content_type, "Content type for apiserver calls");
   p.add("proxy-strategies", &proxy_strategies,
         "Ordered backend selection strategies: default, destHost, defaultRoute");
-  p.add("server-id", &server_id, "Unique id of this server (default $PROXY_SERVER_ID or a UUID)");
+  p.add("server-id", &server_id, "Unique id of this server");
+  p.set_default_text("server-id", "$PROXY_SERVER_ID or a random UUID");
   p.add("server-count", &server_count, "Number of proxy servers agents should connect to");
   p.add("enable-lease-controller", &enable_lease_controller, "Publish a Lease for this server");
   p.add("lease-namespace", &lease_namespace, "Namespace of server Leases");
@@ -128,7 +131,6 @@ void ServerOptions::apply_environment() {
 
 std::vector<std::string> ServerOptions::validate() const {
   std::vector<std::string> errors;
-  auto port_ok = [](int port) { return port >= 0 && port <= 65535; };
   if (mode != "grpc" && mode != "http-connect") {
     errors.push_back("--mode: must be grpc or http-connect, got \"" + mode + "\"");
   }
@@ -139,10 +141,7 @@ std::vector<std::string> ServerOptions::validate() const {
     }
     if (!server_ca_cert.empty()) errors.push_back("--server-ca-cert: not used with --uds-name");
   } else {
-    if (server_port <= 0 || !port_ok(server_port)) {
-      errors.push_back("--server-port: must be 1-65535 for a TCP frontend, got " +
-                       std::to_string(server_port));
-    }
+    core::config::check_range(errors, "--server-port", server_port, 1, 65535, "for a TCP frontend");
     if (server_cert.empty() || server_key.empty()) {
       errors.push_back("--server-cert and --server-key: required for a TCP frontend");
     }
@@ -150,7 +149,7 @@ std::vector<std::string> ServerOptions::validate() const {
       errors.push_back("--server-ca-cert: required for a TCP frontend (clients use mTLS)");
     }
   }
-  if (!port_ok(agent_port)) errors.push_back("--agent-port: must be 0-65535");
+  core::config::check_range(errors, "--agent-port", agent_port, 0, 65535);
   if (cluster_cert.empty() || cluster_key.empty()) {
     errors.push_back("--cluster-cert and --cluster-key: required (agents always use TLS)");
   }
@@ -198,9 +197,11 @@ std::vector<std::string> ServerOptions::validate() const {
     errors.push_back("--lease-renew-interval: must be at least 1s");
   }
   if (xfr_channel_size <= 0) errors.push_back("--xfr-channel-size: must be greater than 0");
-  if (backend_dial_timeout.count() < 0) errors.push_back("--backend-dial-timeout: negative");
+  if (backend_dial_timeout.count() < 0) {
+    errors.push_back("--backend-dial-timeout: must not be negative");
+  }
   if (graceful_shutdown_timeout.count() < 0) {
-    errors.push_back("--graceful-shutdown-timeout: negative");
+    errors.push_back("--graceful-shutdown-timeout: must not be negative");
   }
   if (cert_reload_interval.count() < 0 ||
       (cert_reload_interval.count() > 0 && cert_reload_interval < std::chrono::seconds(1))) {
@@ -243,8 +244,8 @@ std::vector<std::string> ServerOptions::validate() const {
   if (dial_request_timeout.count() <= 0) {
     errors.push_back("--dial-request-timeout: must be positive");
   }
-  if (!port_ok(admin_port)) errors.push_back("--admin-port: must be 0-65535");
-  if (!port_ok(health_port)) errors.push_back("--health-port: must be 0-65535");
+  core::config::check_range(errors, "--admin-port", admin_port, 0, 65535);
+  core::config::check_range(errors, "--health-port", health_port, 0, 65535);
   if (core::tls::openssl_min_version(tls_min_version, &errors) == TLS1_3_VERSION) {
     // Refused rather than silently weaker: gRPC C++ 1.51 (Debian bookworm) has no way to raise
     // the floor of its TLS listeners, and the agent listener is always gRPC.

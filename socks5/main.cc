@@ -23,16 +23,18 @@ int main(int argc, char** argv) {
     std::printf("%s", parsed.output.c_str());
     return 0;
   }
-  auto errors = parsed.errors;
   options.health_port_set = parser.was_set("health-port");
-  for (auto& e : options.validate()) errors.push_back(e);
-  if (!konn::core::log::set_level(options.log_level))
-    errors.push_back("--log-level: unknown level");
-  if (parsed.check_config) return konn::core::config::finish_check_config("socks5", errors);
-  if (!errors.empty()) {
-    for (const auto& e : errors) std::fprintf(stderr, "socks5: %s\n", e.c_str());
-    return 2;
+  // A flag that did not parse keeps its default: validating the others then would only add
+  // complaints unrelated to the mistake.
+  auto errors = parsed.errors;
+  if (errors.empty()) {
+    errors = options.validate();
+    if (!konn::core::log::set_level(options.log_level)) {
+      errors.push_back("--log-level: unknown level \"" + options.log_level + "\"");
+    }
   }
+  if (parsed.check_config) return konn::core::config::finish_check_config("socks5", errors);
+  if (!errors.empty()) return konn::core::config::report_usage_errors("socks5", errors);
   if (!options.log_file.empty()) konn::core::log::set_file(options.log_file);
   try {
     options.print(*konn::core::log::get("socks5"));

@@ -1,5 +1,7 @@
 #include "socks5/socks5_options.h"
 
+#include "core/config/validation.h"
+
 namespace konn::socks5 {
 
 using core::config::format_go_duration;
@@ -27,7 +29,8 @@ void Socks5Options::register_flags(core::config::FlagParser& p) {
   p.add("max-sessions", &max_sessions, "Maximum concurrent sessions (0 = unlimited)");
   p.add("max-sessions-per-client", &max_sessions_per_client,
         "Maximum concurrent sessions per client IP (0 = unlimited)");
-  p.add("dns-servers", &dns_servers, "Name servers ip[:port], comma separated (default: system)");
+  p.add("dns-servers", &dns_servers, "Name servers ip[:port], comma separated");
+  p.set_default_text("dns-servers", "the system's, from /etc/resolv.conf");
   p.add("dns-timeout", &dns_timeout, "Per-try DNS timeout");
   p.add("enable-bind", &enable_bind, "Accept the BIND command");
   p.add("enable-udp", &enable_udp, "Accept the UDP ASSOCIATE command");
@@ -50,7 +53,7 @@ void Socks5Options::register_flags(core::config::FlagParser& p) {
 
 std::vector<std::string> Socks5Options::validate() {
   std::vector<std::string> errors;
-  if (port < 0 || port > 65535) errors.push_back("--port: must be 0..65535");
+  core::config::check_range(errors, "--port", port, 0, 65535);
   if (default_policy != "allow" && default_policy != "deny") {
     errors.push_back("--default-policy: must be allow or deny");
   }
@@ -60,20 +63,20 @@ std::vector<std::string> Socks5Options::validate() {
   if (connect_timeout <= core::config::Duration::zero()) {
     errors.push_back("--connect-timeout: must be positive");
   }
-  if (idle_timeout < core::config::Duration::zero())
-    errors.push_back("--idle-timeout: must be >= 0");
-  if (half_close_timeout < core::config::Duration::zero())
-    errors.push_back("--half-close-timeout: must be >= 0");
-  if (max_sessions < 0) errors.push_back("--max-sessions: must be >= 0");
-  if (max_sessions_per_client < 0) errors.push_back("--max-sessions-per-client: must be >= 0");
-  if (buffer_size < 512 || buffer_size > 16 * 1024 * 1024) {
-    errors.push_back("--buffer-size: must be 512..16777216");
+  if (idle_timeout < core::config::Duration::zero()) {
+    errors.push_back("--idle-timeout: must not be negative");
   }
-  if (splice_pipe_bytes < 4096 || splice_pipe_bytes > 1024 * 1024) {
-    errors.push_back("--splice-pipe-bytes: must be 4096..1048576");
+  if (half_close_timeout < core::config::Duration::zero()) {
+    errors.push_back("--half-close-timeout: must not be negative");
   }
-  if (workers < 0) errors.push_back("--workers: must be >= 0");
-  if (health_port < -1 || health_port > 65535) errors.push_back("--health-port: must be -1..65535");
+  if (max_sessions < 0) errors.push_back("--max-sessions: must not be negative");
+  if (max_sessions_per_client < 0) {
+    errors.push_back("--max-sessions-per-client: must not be negative");
+  }
+  core::config::check_range(errors, "--buffer-size", buffer_size, 512, 16 * 1024 * 1024);
+  core::config::check_range(errors, "--splice-pipe-bytes", splice_pipe_bytes, 4096, 1024 * 1024);
+  if (workers < 0) errors.push_back("--workers: must not be negative");
+  core::config::check_range(errors, "--health-port", health_port, -1, 65535);
   konnectivity.validate(errors);
   std::vector<Rule> parsed;
   for (const auto& text : rules) {

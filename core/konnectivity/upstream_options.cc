@@ -27,7 +27,8 @@ void UpstreamOptions::register_flags(config::FlagParser& p) {
   p.add("konnectivity-client-cert", &client_cert, "Client certificate for the proxy-server (TCP)");
   p.add("konnectivity-client-key", &client_key, "Key of --konnectivity-client-cert");
   p.add("konnectivity-server-name", &server_name,
-        "Name to verify in the proxy-server's certificate (default: the host of the address)");
+        "Name to verify in the proxy-server's certificate");
+  p.set_default_text("konnectivity-server-name", "the host of --konnectivity-address");
   p.add("konnectivity-dial-timeout", &dial_timeout,
         "Time allowed for one dial through the proxy-server (until the agent answered)");
 }

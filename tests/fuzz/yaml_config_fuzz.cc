@@ -15,9 +15,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto flags = konn::core::config::load_yaml_flags(in);
     // Names go to the flag parser as they are (one leading "--" stripped: "----x" stays "--x" and
     // is an unknown flag there), so the loader's contract is only: a result or its error.
-    for (const auto& [name, values] : flags) {
-      (void)name;
-      (void)values;
+    for (const auto& flag : flags) {
+      (void)flag.key;
+      (void)flag.values;
     }
   } catch (const std::runtime_error&) {
     // The documented failure: a message with the line number.

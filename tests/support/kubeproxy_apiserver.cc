@@ -1,8 +1,17 @@
-// A small TLS "apiserver" for kubeproxy-http's tests and benchmark. It checks the credentials it
-// receives (bearer token, basic auth or client certificate) and serves:
-//   GET  /api, /apis                          discovery documents
-//   GET  /api/v1/namespaces/default/pods      a PodList; with ?watch=1 a chunked watch that emits
-//                                             --watch-events events, one every --watch-interval
+// A small TLS "apiserver" for kubeproxy-http's tests and benchmark, and the apiserver of
+// `scripts/dev-up.sh` that kubectl talks to. It checks the credentials it receives (bearer token,
+// basic auth or client certificate) and serves, whatever the method:
+//   GET  /version, /api, /apis, /api/v1       what kubectl asks first: the version and legacy
+//                                             discovery (no groups; v1 has namespaces and pods)
+//   GET  /api/v1/namespaces, /api/v1/pods,    lists: 4 namespaces; pod-0 and pod-1 in "default",
+//        /api/v1/namespaces/NS/pods           none elsewhere; a meta.k8s.io Table when the Accept
+//                                             header asks for one (kubectl get), else a *List;
+//                                             with ?watch=1 or true a chunked watch (see
+//                                             send_watch: --watch-events events, one every
+//                                             --watch-interval-ms, then open until
+//                                             timeoutSeconds, or with --watch-open until the
+//                                             client leaves)
+//   GET  /api/v1/namespaces/NS[/pods/NAME]    one object, or a NotFound Status
 //   GET  /download?bytes=N                    N bytes (Content-Length; download_body.h says which)
 //   POST /echo                                the request body back (Content-Length)
 //   GET  /headers                             the request headers as JSON
@@ -17,13 +26,21 @@
 //                                             "Upgrade: SPDY/3.1" or "websocket", 101 and then
 //                                             "reached SUB of NS/NAME as TARGET\n" and close;
 //                                             without, 400 "Upgrade request required"
+// The objects and lists answer exact paths only (".../default/" is a 404, as the differential
+// test of kubeproxy-http expects).
 // Paths are routed percent-decoded, as kube-apiserver does. A 404 names the request target as
 // received (its `details.name`), so a test sees what a proxy forwarded.
 // Usage: kubeproxy-fake-apiserver --cert c --key k [--client-ca ca] [--token t] [--basic u:p]
 //        [--port 0] [--plain] ; prints "listening on 127.0.0.1:PORT".
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +70,7 @@ struct Config {
   bool plain = false;
   int watch_events = 5;
   int watch_interval_ms = 200;
+  bool watch_open = false;
   uint16_t bound_port = 0;
 };
 
@@ -77,13 +95,225 @@ nlohmann::json status_json(int code, const std::string& reason, const std::strin
           {"code", code}};
 }
 
+// When this apiserver started: every object was "created" then, so kubectl's AGE column counts
+// from it.
+std::chrono::system_clock::time_point started_at() {
+  static const std::chrono::system_clock::time_point at = std::chrono::system_clock::now();
+  return at;
+}
+
+std::string rfc3339(std::chrono::system_clock::time_point t) {
+  std::time_t tt = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// kubectl's short ages (apimachinery's duration.HumanDuration, coarsened): 42s, 7m, 3h, 2d.
+std::string age() {
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now() -
+                                                               started_at())
+                  .count();
+  if (secs < 120) return std::to_string(secs) + "s";
+  if (secs < 2 * 3600) return std::to_string(secs / 60) + "m";
+  if (secs < 2 * 86400) return std::to_string(secs / 3600) + "h";
+  return std::to_string(secs / 86400) + "d";
+}
+
+nlohmann::json metadata(const std::string& name, const std::string& ns, int resource_version) {
+  char uid[40];
+  std::snprintf(uid, sizeof uid, "00000000-0000-4000-8000-%012d", resource_version);
+  nlohmann::json m = {{"name", name},
+                      {"uid", uid},
+                      {"resourceVersion", std::to_string(resource_version)},
+                      {"creationTimestamp", rfc3339(started_at())}};
+  if (!ns.empty()) m["namespace"] = ns;
+  return m;
+}
+
+// The pods of namespace "default": pod-0 and pod-1 are listed, later ones only appear in a watch.
 nlohmann::json pod(int i) {
   return {{"kind", "Pod"},
           {"apiVersion", "v1"},
-          {"metadata",
-           {{"name", "pod-" + std::to_string(i)},
-            {"namespace", "default"},
-            {"resourceVersion", std::to_string(100 + i)}}}};
+          {"metadata", metadata("pod-" + std::to_string(i), "default", 100 + i)},
+          {"spec",
+           {{"nodeName", "dev-node"},
+            {"containers", {{{"name", "app"}, {"image", "registry.k8s.io/pause:3.9"}}}}}},
+          {"status",
+           {{"phase", "Running"},
+            {"podIP", "10.0.0." + std::to_string(10 + i)},
+            {"containerStatuses", {{{"name", "app"}, {"ready", true}, {"restartCount", 0}}}}}}};
+}
+
+constexpr std::array<std::string_view, 4> kNamespaces = {"default", "kube-node-lease",
+                                                         "kube-public", "kube-system"};
+constexpr int kListedPods = 2;
+
+nlohmann::json namespace_json(size_t i) {
+  return {{"kind", "Namespace"},
+          {"apiVersion", "v1"},
+          {"metadata", metadata(std::string(kNamespaces[i]), "", 10 + static_cast<int>(i))},
+          {"spec", {{"finalizers", {"kubernetes"}}}},
+          {"status", {{"phase", "Active"}}}};
+}
+
+nlohmann::json version_json() {
+  return {{"major", "1"},
+          {"minor", "32"},
+          {"gitVersion", "v1.32.0"},
+          {"gitCommit", "0000000000000000000000000000000000000000"},
+          {"gitTreeState", "clean"},
+          {"buildDate", "2024-12-11T00:00:00Z"},
+          {"goVersion", "go1.23.0"},
+          {"compiler", "gc"},
+          {"platform", "linux/amd64"}};
+}
+
+// What kubectl reads to learn that "pods" and "namespaces" (and "po", "ns") exist.
+nlohmann::json core_v1_resources() {
+  auto resource = [](const char* name, const char* singular, bool namespaced, const char* kind,
+                     const char* short_name) {
+    nlohmann::json r = {
+        {"name", name}, {"singularName", singular},          {"namespaced", namespaced},
+        {"kind", kind}, {"verbs", {"get", "list", "watch"}}, {"shortNames", {short_name}}};
+    if (std::string(name) == "pods") r["categories"] = {"all"};
+    return r;
+  };
+  return {{"kind", "APIResourceList"},
+          {"apiVersion", "v1"},
+          {"groupVersion", "v1"},
+          {"resources",
+           {resource("namespaces", "namespace", false, "Namespace", "ns"),
+            resource("pods", "pod", true, "Pod", "po")}}};
+}
+
+// A server-side table (meta.k8s.io/v1 Table), what kubectl asks for with
+// "Accept: application/json;as=Table;v=v1;g=meta.k8s.io": the columns kube-apiserver prints.
+nlohmann::json table(const std::string& kind, const std::vector<nlohmann::json>& objects) {
+  auto column = [](const char* name, const char* format) {
+    return nlohmann::json{{"name", name},
+                          {"type", "string"},
+                          {"format", format},
+                          {"description", name},
+                          {"priority", 0}};
+  };
+  nlohmann::json columns = nlohmann::json::array();
+  columns.push_back(column("Name", "name"));
+  if (kind == "Pod") {
+    for (const char* c : {"Ready", "Status", "Restarts"}) columns.push_back(column(c, ""));
+  } else {
+    columns.push_back(column("Status", ""));
+  }
+  columns.push_back(column("Age", ""));
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& o : objects) {
+    nlohmann::json cells = {o["metadata"]["name"]};
+    if (kind == "Pod") {
+      cells.push_back("1/1");
+      cells.push_back(o["status"]["phase"]);
+      cells.push_back("0");
+    } else {
+      cells.push_back(o["status"]["phase"]);
+    }
+    cells.push_back(age());
+    rows.push_back({{"cells", cells},
+                    {"object",
+                     {{"kind", "PartialObjectMetadata"},
+                      {"apiVersion", "meta.k8s.io/v1"},
+                      {"metadata", o["metadata"]}}}});
+  }
+  return {{"kind", "Table"},
+          {"apiVersion", "meta.k8s.io/v1"},
+          {"metadata", {{"resourceVersion", "100"}}},
+          {"columnDefinitions", columns},
+          {"rows", rows}};
+}
+
+bool wants_table(const konn::core::http::MessageHead& h) {
+  const std::string* accept = h.find("Accept");
+  return accept != nullptr && accept->find("as=Table") != std::string::npos;
+}
+
+// The value of `name` in a query string ("" when absent; no decoding: the values used are plain).
+std::string query_param(const std::string& query, const std::string& name) {
+  size_t at = 0;
+  while (at <= query.size()) {
+    size_t end = query.find('&', at);
+    if (end == std::string::npos) end = query.size();
+    std::string_view kv(query.data() + at, end - at);
+    if (kv.substr(0, kv.find('=')) == name) {
+      return kv.find('=') == std::string_view::npos ? "" : std::string(kv.substr(kv.find('=') + 1));
+    }
+    at = end + 1;
+  }
+  return {};
+}
+
+bool is_watch(const std::string& query) {
+  std::string w = query_param(query, "watch");
+  return w == "1" || w == "true";
+}
+
+// A collection kubectl lists or watches: pods (of one namespace, or of all with ns "") or
+// namespaces.
+struct Listing {
+  std::string kind;  // "Pod" or "Namespace"
+  std::string ns;    // pods only; "" = every namespace
+
+  // The objects a list returns.
+  std::vector<nlohmann::json> objects() const {
+    std::vector<nlohmann::json> out;
+    if (kind == "Namespace") {
+      for (size_t i = 0; i < kNamespaces.size(); ++i) out.push_back(namespace_json(i));
+    } else if (ns.empty() || ns == "default") {
+      for (int i = 0; i < kListedPods; ++i) out.push_back(pod(i));
+    }
+    return out;
+  }
+};
+
+// Only exact paths (no trailing slash, no empty segment): kube-apiserver answers
+// ".../default/" differently from ".../default", and the differential test relies on it.
+bool exact(const std::string& path, const std::vector<std::string>& parts) {
+  std::string joined;
+  for (const auto& p : parts) joined += "/" + p;
+  return joined == path;
+}
+
+std::optional<Listing> listing_of(const std::string& path, const std::vector<std::string>& parts) {
+  if (!exact(path, parts) || parts.size() < 3 || parts[0] != "api" || parts[1] != "v1") {
+    return std::nullopt;
+  }
+  if (parts.size() == 3 && parts[2] == "pods") return Listing{"Pod", ""};
+  if (parts.size() == 3 && parts[2] == "namespaces") return Listing{"Namespace", ""};
+  if (parts.size() == 5 && parts[2] == "namespaces" && parts[4] == "pods") {
+    return Listing{"Pod", parts[3]};
+  }
+  return std::nullopt;
+}
+
+// GET of one namespace or pod: the object, a NotFound Status, or nullopt for other paths.
+std::optional<nlohmann::json> object_at(const std::string& path,
+                                        const std::vector<std::string>& parts) {
+  if (!exact(path, parts) || parts.size() < 4 || parts[0] != "api" || parts[1] != "v1" ||
+      parts[2] != "namespaces") {
+    return std::nullopt;
+  }
+  if (parts.size() == 4) {
+    for (size_t i = 0; i < kNamespaces.size(); ++i) {
+      if (kNamespaces[i] == parts[3]) return namespace_json(i);
+    }
+    return status_json(404, "NotFound", "namespaces \"" + parts[3] + "\" not found");
+  }
+  if (parts.size() == 6 && parts[4] == "pods") {
+    for (int i = 0; parts[3] == "default" && i < kListedPods; ++i) {
+      if (parts[5] == "pod-" + std::to_string(i)) return pod(i);
+    }
+    return status_json(404, "NotFound", "pods \"" + parts[5] + "\" not found");
+  }
+  return std::nullopt;
 }
 
 Headers chunked_json_headers() {
@@ -91,6 +321,58 @@ Headers chunked_json_headers() {
 }
 Headers octet_headers(uint64_t n) {
   return {{"Content-Type", "application/octet-stream"}, {"Content-Length", std::to_string(n)}};
+}
+
+// A watch of `listing`: chunked, one JSON WatchEvent per line, its object a one-row Table when
+// kubectl asks for tables. Without a resourceVersion (or with "0") the existing objects come
+// first as ADDED, as kube-apiserver sends them; pods then keep arriving (pod-2, pod-3, ...) until
+// --watch-events events were sent, one every --watch-interval-ms. With timeoutSeconds the stream
+// then stays open until that timeout; without, it ends, or with --watch-open stays open until the
+// client closes, as kube-apiserver's does.
+Awaitable<bool> send_watch(ByteStream& s, const Listing& listing, bool as_table,
+                           const std::string& query, const Config& cfg) {
+  auto started = std::chrono::steady_clock::now();
+  std::string rv = query_param(query, "resourceVersion");
+  bool replay = rv.empty() || rv == "0";
+  std::vector<nlohmann::json> objects;
+  if (listing.kind == "Namespace") {
+    if (replay) objects = listing.objects();
+  } else if (listing.ns.empty() || listing.ns == "default") {
+    for (int i = replay ? 0 : kListedPods; static_cast<int>(objects.size()) < cfg.watch_events;
+         ++i) {
+      objects.push_back(pod(i));
+    }
+  }
+  Headers hs = chunked_json_headers();
+  bool ok = co_await send(s, konn::core::http::write_response_head(200, "", hs));
+  asio::steady_timer t(s.get_executor());
+  for (size_t i = 0; ok && i < objects.size(); ++i) {
+    if (i > 0) {
+      t.expires_after(std::chrono::milliseconds(cfg.watch_interval_ms));
+      co_await t.async_wait(konn::core::io::use_nothrow);
+    }
+    nlohmann::json e = {{"type", "ADDED"},
+                        {"object", as_table ? table(listing.kind, {objects[i]}) : objects[i]}};
+    std::string ev = e.dump() + "\n";
+    ok = co_await send(s, konn::core::http::chunk_header(ev.size()) + ev + "\r\n");
+  }
+  long timeout = std::strtol(query_param(query, "timeoutSeconds").c_str(), nullptr, 10);
+  if (ok && timeout > 0) {
+    t.expires_at(started + std::chrono::seconds(std::min(timeout, 3600L)));
+    co_await t.async_wait(konn::core::io::use_nothrow);
+    co_return co_await send(s, std::string(konn::core::http::kLastChunk));
+  }
+  if (!ok || !cfg.watch_open) {
+    co_return ok&& co_await send(s, std::string(konn::core::http::kLastChunk));
+  }
+  // --watch-open: open until the client leaves, as kube-apiserver's watch (kubectl's
+  // --request-timeout ends it from the client side).
+  std::vector<char> sink(4096);
+  while (ok) {
+    auto [ec, n] = co_await s.read_some(asio::buffer(sink));
+    ok = !ec;
+  }
+  co_return false;
 }
 
 // Serves one connection (plain or TLS). `client_cert_ok` is true when the TLS peer presented a
@@ -189,6 +471,8 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok,
     }
 
     bool ok = true;
+    std::optional<Listing> listing = listing_of(path, parts);
+    std::optional<nlohmann::json> one = object_at(path, parts);
     if (path == "/api" || path == "/api/") {
       nlohmann::json j = {{"kind", "APIVersions"},
                           {"versions", {"v1"}},
@@ -200,28 +484,29 @@ Awaitable<void> serve(ByteStream s, const Config& cfg, bool client_cert_ok,
       nlohmann::json j = {
           {"kind", "APIGroupList"}, {"apiVersion", "v1"}, {"groups", nlohmann::json::array()}};
       ok = co_await send_json(s, 200, j);
-    } else if (path == "/api/v1/namespaces/default/pods" &&
-               (query.find("watch=1") != std::string::npos ||
-                query.find("watch=true") != std::string::npos)) {
-      Headers hs = chunked_json_headers();
-      ok = co_await send(s, konn::core::http::write_response_head(200, "", hs));
-      asio::steady_timer t(s.get_executor());
-      for (int i = 0; ok && i < cfg.watch_events; ++i) {
-        if (i > 0) {
-          t.expires_after(std::chrono::milliseconds(cfg.watch_interval_ms));
-          co_await t.async_wait(konn::core::io::use_nothrow);
-        }
-        nlohmann::json e = {{"type", "ADDED"}, {"object", pod(i)}};
-        std::string ev = e.dump() + "\n";
-        ok = co_await send(s, konn::core::http::chunk_header(ev.size()) + ev + "\r\n");
-      }
-      if (ok) ok = co_await send(s, std::string(konn::core::http::kLastChunk));
-    } else if (path == "/api/v1/namespaces/default/pods") {
-      nlohmann::json j = {{"kind", "PodList"},
-                          {"apiVersion", "v1"},
-                          {"metadata", {{"resourceVersion", "100"}}},
-                          {"items", {pod(0), pod(1)}}};
+    } else if (path == "/version") {
+      ok = co_await send_json(s, 200, version_json());
+    } else if (path == "/api/v1") {
+      ok = co_await send_json(s, 200, core_v1_resources());
+    } else if (listing && is_watch(query)) {
+      ok = co_await send_watch(s, *listing, wants_table(h), query, cfg);
+    } else if (listing) {
+      std::vector<nlohmann::json> items = listing->objects();
+      nlohmann::json j = wants_table(h) ? table(listing->kind, items)
+                                        : nlohmann::json{{"kind", listing->kind + "List"},
+                                                         {"apiVersion", "v1"},
+                                                         {"metadata", {{"resourceVersion", "100"}}},
+                                                         {"items", items}};
       ok = co_await send_json(s, 200, j);
+    } else if (one) {
+      if ((*one)["kind"] == "Status") {
+        (*one)["details"] = {{"name", h.target}};
+        ok = co_await send_json(s, 404, *one);
+      } else {
+        // Built outside the co_await: g++ 12 rejects an initializer list inside one.
+        nlohmann::json body_json = wants_table(h) ? table((*one)["kind"], {*one}) : *one;
+        ok = co_await send_json(s, 200, body_json);
+      }
     } else if (path == "/download") {
       uint64_t n = 0;
       auto pos = query.find("bytes=");
@@ -312,6 +597,9 @@ int main(int argc, char** argv) {
   flags.add("plain", &cfg.plain, "serve plain HTTP instead of TLS");
   flags.add("watch-events", &cfg.watch_events, "events of the chunked watch");
   flags.add("watch-interval-ms", &cfg.watch_interval_ms, "milliseconds between watch events");
+  flags.add("watch-open", &cfg.watch_open,
+            "keep a watch without timeoutSeconds open after its events until the client leaves "
+            "(kube-apiserver's behaviour; without it the stream ends)");
   auto parsed = flags.parse(argc, argv);
   if (parsed.exit_now) {
     std::cout << parsed.output;
@@ -339,6 +627,7 @@ int main(int argc, char** argv) {
                                      sizeof kSessionContext - 1);
     }
   }
+  started_at();  // objects are "created" at start-up
   asio::io_context ctx;
   asio::ip::tcp::acceptor acceptor(
       ctx, {asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(cfg.port)});

@@ -559,10 +559,10 @@ TEST_CASE("credentials: client certificate, impersonation, caller headers", "[ku
   CHECK_THAT(r.out, Catch::StartsWith("HTTP/1.1 401"));
 }
 
-// reliability: kubeproxy-http | missing kubeconfig, kubeconfig naming a missing CA file, unknown
-// reliability+: flag | exit 1 naming the file and field
-// reliability+: (clusters["c"].cluster.certificate-authority) | on stderr | nothing: it does not
-// reliability+: start
+// reliability: kubeproxy-http | missing kubeconfig, kubeconfig naming a missing CA file, or an
+// reliability+: unknown flag | exit 1 naming the file and field
+// reliability+: (clusters["c"].cluster.certificate-authority); exit 2 for the flag (a usage
+// reliability+: error) | on stderr | nothing: it does not start
 TEST_CASE("kubeconfig missing or invalid: error names file and field, exit 1", "[kubeproxy][e2e]") {
   TempDir d;
   auto r = run({bin("kubeproxy-http"), "--port=0", "--kubeconfig=" + (d.path / "nope").string()},
@@ -578,7 +578,8 @@ TEST_CASE("kubeconfig missing or invalid: error names file and field, exit 1", "
   CHECK_THAT(r.err, Catch::Contains("clusters[\"c\"].cluster.certificate-authority") &&
                         Catch::Contains((d.path / "bad").string()));
   r = run({bin("kubeproxy-http"), "--port=0", "--bogus-flag"}, d.path);
-  CHECK(r.code == 1);
+  CHECK(r.code == 2);
+  CHECK(r.err == "kubeproxy-http: unknown flag --bogus-flag\n");
 }
 
 TEST_CASE("CONNECT mode for kubectl and curl", "[kubeproxy][e2e]") {

@@ -52,7 +52,7 @@ TEST_CASE("cipher suites flag restricts TLS 1.2 suites on the agent port and the
 }
 
 // reliability: proxy-server | --cipher-suites=TLS_RSA_WITH_RC4_128_SHA
-// reliability+: --tls-min-version=VersionTLS11 | exit 1: "TLS_RSA_WITH_RC4_128_SHA is insecure",
+// reliability+: --tls-min-version=VersionTLS11 | exit 2: "TLS_RSA_WITH_RC4_128_SHA is insecure",
 // reliability+: "VersionTLS11 is refused" | on stderr | nothing: it does not start
 TEST_CASE("insecure or unknown TLS settings stop the server with a message naming them",
           "[e2e][tls]") {
@@ -62,7 +62,7 @@ TEST_CASE("insecure or unknown TLS settings stop the server with a message namin
             "--cluster-key=k", "--cipher-suites=TLS_RSA_WITH_RC4_128_SHA",
             "--tls-min-version=VersionTLS11"};
   auto r = konn::testsupport::run_process(o, 10s);
-  CHECK(r.exit_code == 1);
+  CHECK(r.exit_code == 2);  // a usage error
   CHECK(r.output.find("TLS_RSA_WITH_RC4_128_SHA is insecure") != std::string::npos);
   CHECK(r.output.find("VersionTLS11 is refused") != std::string::npos);
 }
