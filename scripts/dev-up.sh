@@ -86,9 +86,7 @@ else
   phase_done setup
 
   phase_start
-  launcher=()
-  if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-  cmake --preset ci -B "$build" "${launcher[@]}" >"$run/logs/configure.log" 2>&1 ||
+  cmake --preset ci -B "$build" >"$run/logs/configure.log" 2>&1 ||
     fail_with_log configure "$run/logs/configure.log"
   phase_done configure "(cmake --preset ci: $build)"
 
