@@ -29,8 +29,7 @@ TEST_CASE("e2e: an independent gRPC stack (Node grpc-js) fetches a page", "[e2e]
   KONN_REQUIRE_DAEMONS();
   const std::string node_dir = source_dir() + "/tests/node";
   if (access((node_dir + "/node_modules/@grpc/grpc-js").c_str(), R_OK) != 0) {
-    WARN("tests/node/node_modules is absent: run `npm ci` in tests/node; Node interop skipped");
-    return;
+    FAIL("tests/node/node_modules is absent: run `npm ci` in tests/node (scripts/test.sh does)");
   }
   TunnelStack s;
   ProcessOptions o;
@@ -65,8 +64,7 @@ TEST_CASE("e2e: konn half-close passes through the gRPC frontend (Node grpc-js c
   KONN_REQUIRE_DAEMONS();
   const std::string node_dir = source_dir() + "/tests/node";
   if (access((node_dir + "/node_modules/@grpc/grpc-js").c_str(), R_OK) != 0) {
-    WARN("tests/node/node_modules is absent: run `npm ci` in tests/node; Node interop skipped");
-    return;
+    FAIL("tests/node/node_modules is absent: run `npm ci` in tests/node (scripts/test.sh does)");
   }
   TunnelStack s;
   ProcessOptions o;
