@@ -92,16 +92,19 @@ else
 
   # The estimate: the compile steps ninja would run (a dry run on a copy of build.ninja: the
   # real one would first re-run cmake's glob check and stop there), times the median compile
-  # time of this build's earlier non-cached compiles (.ninja_log), else 8 s (a quiet 2-core
-  # machine), over the cores.
+  # time of this build's earlier non-cached compiles (.ninja_log), else 10 s (a unity batch on
+  # a quiet 2-core machine), over the cores.
   dry=$(mktemp "$build/.dev-up-dry.XXXXXX")
   cp "$build/build.ninja" "$dry"
   steps=$(ninja -C "$build" -f "$dry" -n "${targets[@]}" 2>/dev/null |
     grep -c 'Building CXX' || true)
   rm -f "$dry"
-  per_step=$(awk -F'\t' '$4 ~ /\.o$/ && $2 - $1 > 1500 { print ($2 - $1) / 1000 }' \
-    "$build/.ninja_log" 2>/dev/null | sort -n |
-    awk '{ v[NR] = $1 } END { if (NR >= 10) printf "%.0f", v[int((NR + 1) / 2)]; else print 8 }')
+  per_step=10
+  if [ -f "$build/.ninja_log" ]; then  # absent in a fresh clone (and awk would fail the pipe)
+    per_step=$(awk -F'\t' '$4 ~ /\.o$/ && $2 - $1 > 1500 { print ($2 - $1) / 1000 }' \
+      "$build/.ninja_log" | sort -n |
+      awk '{ v[NR] = $1 } END { if (NR >= 10) printf "%.0f", v[int((NR + 1) / 2)]; else print 10 }')
+  fi
   cores=$(nproc)
   if [ "$steps" -eq 0 ]; then
     echo "dev-up: build: the binaries are up to date (${targets[*]})"
