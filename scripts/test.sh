@@ -31,8 +31,8 @@ fi
 # The kube tests' real kube-apiserver (tests/integration/kube) is built from Debian's source
 # package when missing (minutes, cold) into a cache outside the clone. That build runs in the
 # background at the lowest CPU priority, on what the C++ builds leave and while the tests wait on
-# sockets; the `kube` label (optimised build) runs at the end, once it is done. The tests are configured with its path, which
-# is known before the binary exists.
+# sockets; the `kube` label (optimised build) runs at the end, once it is done. The tests are
+# configured with its path, which is known before the binary exists.
 KONN_KUBE_APISERVER=$(bash scripts/kube-apiserver.sh --path)
 export KONN_KUBE_APISERVER
 mkdir -p build
