@@ -57,7 +57,7 @@ bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
     std::lock_guard lock(mu_);
     if (closing_) return false;
     size_t bytes = data_size(p);
-    queued_bytes_ += bytes;
+    add_queued_locked(static_cast<int64_t>(bytes));
     const auto tunnel = tunnel_of(p);
     std::deque<Item>* queue = &control_;
     // With nothing written or waiting the packet goes out at once: its tunnel needs no queue.
@@ -105,9 +105,9 @@ void PacketStream::take_next_locked() {
 }
 
 void PacketStream::drop_waiting_locked() {
-  for (const auto& item : control_) queued_bytes_ -= item.bytes;
+  for (const auto& item : control_) add_queued_locked(-static_cast<int64_t>(item.bytes));
   for (const auto& lane : turns_) {
-    for (const auto& item : lane.items) queued_bytes_ -= item.bytes;
+    for (const auto& item : lane.items) add_queued_locked(-static_cast<int64_t>(item.bytes));
   }
   control_.clear();
   lanes_.clear();
@@ -177,8 +177,9 @@ bool PacketStream::done() const {
 }
 
 size_t PacketStream::queued_bytes() const {
-  std::lock_guard lock(mu_);
-  return queued_bytes_;
+  // Written only under mu_, so a reader without it sees some recent value: enough for a choice
+  // between agents (BackendRegistry), which must not take every candidate's lock.
+  return queued_bytes_.load(std::memory_order_relaxed);
 }
 
 void PacketStream::handle_write_done(bool ok) {
@@ -190,7 +191,7 @@ void PacketStream::handle_write_done(bool ok) {
     std::lock_guard lock(mu_);
     done = std::move(in_flight_);
     in_flight_ = Item{};
-    queued_bytes_ -= done.bytes;
+    add_queued_locked(-static_cast<int64_t>(done.bytes));
     writing_ = false;
     if (!ok) {
       // The stream is broken: nothing more can be written. The read side ends too and the

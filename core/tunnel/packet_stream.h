@@ -68,7 +68,8 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   bool closing() const;
   // OnDone ran (mark_done): the call is over.
   bool done() const;
-  // Bytes of DATA waiting in (or being written from) the outbound queue.
+  // Bytes of DATA waiting in (or being written from) the outbound queue. Lock-free (a relaxed
+  // read of a count kept under the stream's lock): cheap enough to read per dial.
   size_t queued_bytes() const;
 
  protected:
@@ -119,6 +120,12 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   void take_next_locked();
   bool waiting_locked() const { return !control_.empty() || !turns_.empty(); }
   void drop_waiting_locked();
+  // queued_bytes_ += delta; only under mu_ (one writer at a time), read without it. A negative
+  // delta wraps around as unsigned arithmetic does, to the right count.
+  void add_queued_locked(int64_t delta) {
+    queued_bytes_.store(queued_bytes_.load(std::memory_order_relaxed) + static_cast<size_t>(delta),
+                        std::memory_order_relaxed);
+  }
 
   mutable std::mutex mu_;
   // Waiting packets. Dials, dial answers with an error, credit and drain wait in control_ (as
@@ -131,8 +138,8 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   std::deque<Item> control_;
   std::list<Lane> turns_;
   std::unordered_map<int64_t, std::list<Lane>::iterator> lanes_;
-  Item in_flight_;           // being written while writing_
-  size_t queued_bytes_ = 0;  // DATA bytes waiting or in flight
+  Item in_flight_;                       // being written while writing_
+  std::atomic<size_t> queued_bytes_{0};  // DATA bytes waiting or in flight
   bool writing_ = false;
   bool reading_ = false;
   bool read_ended_ = false;

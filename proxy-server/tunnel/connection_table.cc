@@ -5,6 +5,7 @@ namespace konn::server {
 void ConnectionTable::add(int64_t connect_id, std::shared_ptr<Frontend> frontend) {
   std::lock_guard lock(mu_);
   conns_[connect_id] = std::move(frontend);
+  size_.store(conns_.size(), std::memory_order_relaxed);
 }
 
 std::shared_ptr<Frontend> ConnectionTable::find(int64_t connect_id) const {
@@ -19,6 +20,7 @@ std::shared_ptr<Frontend> ConnectionTable::take(int64_t connect_id) {
   if (it == conns_.end()) return nullptr;
   auto f = std::move(it->second);
   conns_.erase(it);
+  size_.store(conns_.size(), std::memory_order_relaxed);
   return f;
 }
 
@@ -28,6 +30,7 @@ std::vector<std::shared_ptr<Frontend>> ConnectionTable::take_all() {
   out.reserve(conns_.size());
   for (auto& [id, f] : conns_) out.push_back(std::move(f));
   conns_.clear();
+  size_.store(0, std::memory_order_relaxed);
   return out;
 }
 
@@ -39,9 +42,6 @@ std::vector<std::shared_ptr<Frontend>> ConnectionTable::snapshot() const {
   return out;
 }
 
-size_t ConnectionTable::size() const {
-  std::lock_guard lock(mu_);
-  return conns_.size();
-}
+size_t ConnectionTable::size() const { return size_.load(std::memory_order_relaxed); }
 
 }  // namespace konn::server

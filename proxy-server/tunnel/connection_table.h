@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,11 +20,14 @@ class ConnectionTable {
   std::shared_ptr<Frontend> take(int64_t connect_id);
   std::vector<std::shared_ptr<Frontend>> take_all();
   std::vector<std::shared_ptr<Frontend>> snapshot() const;
+  // Lock-free (a relaxed read of a count kept under the lock): read per dial by the agent
+  // choice (BackendRegistry) for every candidate.
   size_t size() const;
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<int64_t, std::shared_ptr<Frontend>> conns_;
+  std::atomic<size_t> size_{0};  // conns_.size(), written under mu_
 };
 
 }  // namespace konn::server

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,9 @@ class PendingDialTable {
   struct Entry {
     std::weak_ptr<Frontend> frontend;
     const Backend* backend = nullptr;  // identity only, never dereferenced
+    // The backend's count of pending dials (Backend::pending_dials), kept while the entry is;
+    // shared, since the backend may be gone before the entry is taken.
+    std::shared_ptr<std::atomic<size_t>> count;
   };
 
   enum class AddResult {
@@ -30,9 +34,11 @@ class PendingDialTable {
     TooManyForAgent,  // `max_per_backend` dials are pending on `backend`
   };
   // Records the dial unless `random` is pending already or a limit (0: none) is reached; the
-  // caller answers a refused dial with an error.
+  // caller answers a refused dial with an error. `count` (may be null) is incremented while the
+  // entry exists (relaxed, under the table's lock), so that it can be read without the lock.
   AddResult add(int64_t random, std::weak_ptr<Frontend> frontend, const Backend* backend,
-                size_t max_total = 0, size_t max_per_backend = 0);
+                size_t max_total = 0, size_t max_per_backend = 0,
+                std::shared_ptr<std::atomic<size_t>> count = nullptr);
   // Removes and returns the entry, if any.
   std::optional<Entry> take(int64_t random);
   // Removes and returns every entry routed to `backend` (its stream ended).
@@ -44,6 +50,10 @@ class PendingDialTable {
   void set_gauge(prometheus::Gauge* gauge) { gauge_ = gauge; }
 
  private:
+  void forget_locked(const Entry& e) {
+    if (e.count) e.count->fetch_sub(1, std::memory_order_relaxed);
+    forget_locked(e.backend);
+  }
   void forget_locked(const Backend* backend) {
     auto it = per_backend_.find(backend);
     if (it != per_backend_.end() && --it->second == 0) per_backend_.erase(it);

@@ -74,3 +74,42 @@ TEST_CASE("connection table hands out and removes tunnels", "[server]") {
   CHECK(t.take_all().size() == 1);
   CHECK(t.size() == 0);
 }
+
+TEST_CASE("a backend's pending-dial count follows its entries (the agent choice reads it)",
+          "[server][strategy]") {
+  using R = PendingDialTable::AddResult;
+  PendingDialTable t;
+  auto f = std::make_shared<NullFrontend>();
+  auto* b1 = reinterpret_cast<const Backend*>(0x1);
+  auto* b2 = reinterpret_cast<const Backend*>(0x2);
+  auto c1 = std::make_shared<std::atomic<size_t>>(0);
+  auto c2 = std::make_shared<std::atomic<size_t>>(0);
+  CHECK(t.add(1, f, b1, 0, 0, c1) == R::Added);
+  CHECK(t.add(2, f, b1, 0, 0, c1) == R::Added);
+  CHECK(t.add(3, f, b2, 0, 0, c2) == R::Added);
+  CHECK(t.add(3, f, b1, 0, 0, c1) == R::Duplicate);  // a refused dial is not counted
+  CHECK(t.add(4, f, b1, 0, 2, c1) == R::TooManyForAgent);
+  CHECK(*c1 == 2);
+  CHECK(*c2 == 1);
+  CHECK(t.take(1));  // answered
+  CHECK(*c1 == 1);
+  c2.reset();  // the backend is gone; its entries still hold the count
+  CHECK(t.take_all(b2).size() == 1);
+  CHECK(t.take_all(b1).size() == 1);
+  CHECK(*c1 == 0);
+}
+
+TEST_CASE("connection table size is kept without its lock", "[server][strategy]") {
+  ConnectionTable t;
+  auto f = std::make_shared<NullFrontend>();
+  t.add(1, f);
+  t.add(1, f);  // the same id again replaces it
+  t.add(2, f);
+  CHECK(t.size() == 2);
+  t.take(1);
+  t.take(7);
+  CHECK(t.size() == 1);
+  t.add(3, f);
+  CHECK(t.take_all().size() == 2);
+  CHECK(t.size() == 0);
+}
