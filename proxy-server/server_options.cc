@@ -13,6 +13,7 @@
 #include "core/net/endpoint.h"
 #include "core/tls/cipher_suites.h"
 #include "core/tunnel/packet.h"
+#include "proxy-server/backend/proxy_strategy.h"
 
 namespace konn::server {
 
@@ -56,6 +57,10 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("kube-api-content-type", &kube_api_content_type, "Content type for apiserver calls");
   p.add("proxy-strategies", &proxy_strategies,
         "Ordered backend selection strategies: default, destHost, defaultRoute");
+  p.add("agent-choice", &agent_choice,
+        "How a strategy chooses among several agents it could use: least-loaded (of two drawn "
+        "at random, the one with fewer open tunnels, pending dials and bytes queued to it) or "
+        "random (upstream's uniform choice); draining agents only when no other matches");
   p.add("server-id", &server_id, "Unique id of this server");
   p.set_default_text("server-id", "$PROXY_SERVER_ID or a random UUID");
   p.add("server-count", &server_count, "Number of proxy servers agents should connect to");
@@ -183,6 +188,10 @@ std::vector<std::string> ServerOptions::validate() const {
     }
   }
   if (proxy_strategies.empty()) errors.push_back("--proxy-strategies: at least one is needed");
+  if (!parse_agent_choice(agent_choice)) {
+    errors.push_back("--agent-choice: unknown choice \"" + agent_choice +
+                     "\" (want least-loaded, random)");
+  }
   if (server_count < 1) errors.push_back("--server-count: must be at least 1");
   if (enable_lease_controller) {
     std::vector<std::string> label_errors;
@@ -260,15 +269,15 @@ std::vector<std::string> ServerOptions::validate() const {
 void ServerOptions::print(spdlog::logger& log) const {
   log.info(
       "proxy-server {}: mode={} frontend={} agent-port={}:{} mTLS-agents={} server-id={} "
-      "server-count={} strategies={} xfr-channel-size={} backend-dial-timeout={} "
+      "server-count={} strategies={} agent-choice={} xfr-channel-size={} backend-dial-timeout={} "
       "graceful-shutdown-timeout={} leases={} http-connect-half-close={} half-close-timeout={} "
       "tunnel-idle-timeout={}",
       "starting", mode,
       uds_name.empty() ? server_bind_address + ":" + std::to_string(server_port)
                        : "unix:" + uds_name,
       agent_bind_address, agent_port, !cluster_ca_cert.empty(), server_id, server_count,
-      fmt::join(proxy_strategies, ","), xfr_channel_size, format_go_duration(backend_dial_timeout),
-      format_go_duration(graceful_shutdown_timeout),
+      fmt::join(proxy_strategies, ","), agent_choice, xfr_channel_size,
+      format_go_duration(backend_dial_timeout), format_go_duration(graceful_shutdown_timeout),
       enable_lease_controller ? lease_namespace + "/" + lease_label : std::string("off"),
       http_connect_half_close, format_go_duration(half_close_timeout),
       format_go_duration(tunnel_idle_timeout));

@@ -57,6 +57,9 @@ struct ServerOptions {
 
   // Routing and HA.
   std::vector<std::string> proxy_strategies{"default"};
+  // konn: how an agent is chosen among a strategy's candidates: "least-loaded" (the less loaded
+  // of two at random: open tunnels, pending dials, queued bytes) or "random" (upstream's).
+  std::string agent_choice = "least-loaded";
   std::string server_id;  // default: $PROXY_SERVER_ID, else a fresh UUID
   int server_count = 1;
   bool enable_lease_controller = false;

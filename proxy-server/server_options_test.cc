@@ -235,3 +235,22 @@ TEST_CASE("node-to-control-plane destinations are HOST:PORT, off by default", "[
   CHECK(mentions(errors, "--node-to-control-plane-dial-timeout"));
   CHECK(errors.size() == 3);
 }
+
+TEST_CASE("agent-choice flag: least-loaded by default, random on request, nothing else",
+          "[server][strategy]") {
+  const std::vector<std::string> base{"--uds-name=/tmp/s.sock", "--server-port=0",
+                                      "--cluster-cert=c", "--cluster-key=k"};
+  ServerOptions d;
+  CHECK(parse(d, base).empty());
+  CHECK(d.agent_choice == "least-loaded");
+  ServerOptions r;
+  auto args = base;
+  args.push_back("--agent-choice=random");
+  CHECK(parse(r, args).empty());
+  CHECK(r.agent_choice == "random");
+  ServerOptions bad;
+  args.back() = "--agent-choice=fastest";
+  auto errors = parse(bad, args);
+  CHECK(mentions(errors, "--agent-choice: unknown choice \"fastest\" (want least-loaded, random)"));
+  CHECK(errors.size() == 1);
+}

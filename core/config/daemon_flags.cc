@@ -56,6 +56,7 @@ const std::vector<DaemonFlags>& daemon_flag_table() {
                                        "kubeconfig-burst",
                                        "kube-api-content-type",
                                        "proxy-strategies",
+                                       "agent-choice",
                                        "server-id",
                                        "server-count",
                                        "enable-lease-controller",

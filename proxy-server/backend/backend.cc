@@ -202,6 +202,7 @@ void Backend::on_packet(Packet&& p) {
       return;
     case DRAIN:
       if (!draining_.exchange(true)) {
+        router_.backends().draining(this);
         KONN_LOG(log_, info, "agent {} is draining: no new dials while other agents serve",
                  agent_id_);
       }

@@ -20,6 +20,7 @@
 #include "core/tunnel/h2_server_stream.h"
 #include "konnectivity/agent.pb.h"
 #include "proxy-agent/connection_table.h"
+#include "proxy-server/backend/proxy_strategy.h"
 #include "proxy-server/tunnel/connection_table.h"
 
 namespace konn::server {
@@ -72,6 +73,16 @@ class Backend : public core::tunnel::H2ServerStream {
   // A frontend gives up its tunnel: stop routing the agent's packets for it.
   void forget_connection(int64_t connect_id) { connections_.take(connect_id); }
   size_t connection_count() const { return connections_.size(); }
+  // Dials routed to this stream and awaiting DIAL_RSP: counted by the PendingDialTable while
+  // their entries exist (Router::add_pending passes it). Shared: an entry may outlive the stream.
+  const std::shared_ptr<std::atomic<size_t>>& pending_dials() const { return pending_dials_; }
+  // The work this stream carries now (agent_load: open tunnels, pending dials, DATA queued
+  // towards the agent), for --agent-choice=least-loaded. Any thread, lock-free: three relaxed
+  // reads of counters kept where the tunnels, dials and queue change.
+  uint64_t load() const {
+    return agent_load(connections_.size(), pending_dials_->load(std::memory_order_relaxed),
+                      queued_bytes());
+  }
 
   // Agents without konn flow control: `delta` bytes of this agent's DATA joined (+) or left (-)
   // the queues towards clients (ClientBacklog). Past the high mark in all (4 MiB, or half a
@@ -132,6 +143,7 @@ class Backend : public core::tunnel::H2ServerStream {
   std::atomic<bool> draining_{false};
   std::atomic<bool> registered_{false};
   ConnectionTable connections_;
+  std::shared_ptr<std::atomic<size_t>> pending_dials_ = std::make_shared<std::atomic<size_t>>(0);
   // Node-to-control-plane tunnels of this stream; set in admit() when confirmed, then fixed.
   std::shared_ptr<agent::ConnectionTable> node_table_;
   asio::io_context* home_ctx_ = nullptr;

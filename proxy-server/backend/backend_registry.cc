@@ -6,12 +6,16 @@
 
 namespace konn::server {
 
-BackendRegistry::BackendRegistry(std::vector<ProxyStrategy> strategies)
-    : strategies_(std::move(strategies)) {}
+BackendRegistry::BackendRegistry(std::vector<ProxyStrategy> strategies, AgentChoice choice)
+    : strategies_(std::move(strategies)), pools_(choice) {}
 
 void BackendRegistry::add(const std::shared_ptr<Backend>& backend) {
   std::lock_guard lock(mu_);
-  agents_[backend->agent_id()].push_back(backend);
+  auto& streams = agents_[backend->agent_id()];
+  // The newest stream takes new dials: it replaces the previous newest in the pools.
+  if (!streams.empty()) pools_.erase(streams.back().get());
+  streams.push_back(backend);
+  pools_.insert(backend.get());
 }
 
 void BackendRegistry::remove(const Backend* backend) {
@@ -19,38 +23,38 @@ void BackendRegistry::remove(const Backend* backend) {
   auto it = agents_.find(backend->agent_id());
   if (it == agents_.end()) return;
   auto& streams = it->second;
+  const bool was_newest = !streams.empty() && streams.back().get() == backend;
   streams.erase(std::remove_if(streams.begin(), streams.end(),
                                [backend](const auto& b) { return b.get() == backend; }),
                 streams.end());
+  if (was_newest) {
+    pools_.erase(backend);
+    // The stream before it takes new dials again.
+    if (!streams.empty()) pools_.insert(streams.back().get());
+  }
   if (streams.empty()) agents_.erase(it);
+}
+
+void BackendRegistry::draining(const Backend* backend) {
+  std::lock_guard lock(mu_);
+  auto it = agents_.find(backend->agent_id());
+  if (it == agents_.end() || it->second.back().get() != backend) return;
+  pools_.mark_draining(it->second.back().get());
 }
 
 std::shared_ptr<Backend> BackendRegistry::pick(std::string_view dest_host) {
   std::lock_guard lock(mu_);
-  std::vector<Candidate> candidates;
-  std::vector<Backend*> backends;
-  candidates.reserve(agents_.size());
-  backends.reserve(agents_.size());
-  for (auto& [id, streams] : agents_) {
-    Backend* newest = streams.back().get();
-    candidates.push_back(Candidate{&newest->identifiers(), newest->draining()});
-    backends.push_back(newest);
-  }
-  auto chosen = select_backend(candidates, strategies_, dest_host, rng_);
-  if (!chosen) return nullptr;
-  return agents_[backends[*chosen]->agent_id()].back();
+  Backend* chosen = pools_.pick(strategies_, dest_host, rng_);
+  if (chosen == nullptr) return nullptr;
+  // Alive: agents_ holds it. The stream's own reference is the one to hand out.
+  return std::static_pointer_cast<Backend>(chosen->shared_from_this());
 }
 
 std::optional<size_t> BackendRegistry::likely_home() {
   std::lock_guard lock(mu_);
-  std::vector<const Backend*> usable;
-  usable.reserve(agents_.size());
-  for (const auto& [id, streams] : agents_) {
-    if (!streams.back()->draining()) usable.push_back(streams.back().get());
-  }
-  if (usable.empty()) return std::nullopt;
-  std::uniform_int_distribution<size_t> any(0, usable.size() - 1);
-  return usable[any(rng_)]->home_index();
+  const Backend* chosen = pools_.pick_ready(rng_);
+  if (chosen == nullptr) return std::nullopt;
+  return chosen->home_index();
 }
 
 bool BackendRegistry::ready() const {

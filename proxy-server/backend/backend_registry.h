@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "proxy-server/backend/agent_pools.h"
 #include "proxy-server/backend/proxy_strategy.h"
 
 namespace konn::server {
@@ -16,18 +17,24 @@ class Backend;
 
 // The connected agents. Several streams may carry the same agent id (a reconnect racing the old
 // stream's end, or a misconfigured fleet); the newest one is used for new dials and the older
-// ones keep serving the tunnels they already carry. Thread-safe: one mutex, held for map
-// operations and selection only.
+// ones keep serving the tunnels they already carry. Each strategy's candidates (newest streams)
+// are kept in AgentPools, so a dial's choice is O(1) in the number of agents (--agent-choice:
+// the less loaded of two, or one at random). Thread-safe: one mutex, held for map operations
+// and selection only; an agent's load is read without it (Backend::load).
 class BackendRegistry {
  public:
-  explicit BackendRegistry(std::vector<ProxyStrategy> strategies);
+  explicit BackendRegistry(std::vector<ProxyStrategy> strategies,
+                           AgentChoice choice = AgentChoice::LeastLoaded);
 
   void add(const std::shared_ptr<Backend>& backend);
   void remove(const Backend* backend);
+  // `backend` announced DRAIN (its draining() is true already): chosen only as a fallback.
+  void draining(const Backend* backend);
   // Picks a backend for a dial to `dest_host` (no port). nullptr: "No agent available".
   std::shared_ptr<Backend> pick(std::string_view dest_host);
   // The worker (WorkerPool index) of the agent stream a dial would most likely go to now: the
-  // newest stream of a random agent that is not draining. nullopt: no agent.
+  // newest stream of a non-draining agent, chosen as a default-strategy dial would be. nullopt:
+  // no agent.
   std::optional<size_t> likely_home();
   // Ready when the first strategy could route somewhere (upstream's readiness rule).
   bool ready() const;
@@ -42,6 +49,7 @@ class BackendRegistry {
   mutable std::mutex mu_;
   // agent id -> its streams, oldest first.
   std::unordered_map<std::string, std::vector<std::shared_ptr<Backend>>> agents_;
+  AgentPools<Backend> pools_;  // the newest stream of each agent
   std::mt19937_64 rng_{std::random_device{}()};
 };
 

@@ -1,39 +1,65 @@
 #include "proxy-server/backend/proxy_strategy.h"
 
-#include <set>
+#include <array>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 using namespace konn::server;
-using konn::core::tunnel::parse_agent_identifiers;
 
-TEST_CASE("default picks any agent, preferring non-draining", "[server][strategy]") {
-  std::mt19937_64 rng(1);
-  konn::core::tunnel::AgentIdentifiers none;
-  std::vector<Candidate> c{{&none, true}, {&none, false}, {&none, false}};
-  std::set<size_t> seen;
-  for (int i = 0; i < 200; ++i) {
-    auto pick = select_backend(c, {ProxyStrategy::Default}, "10.0.0.1", rng);
-    REQUIRE(pick);
-    seen.insert(*pick);
-  }
-  CHECK(seen == std::set<size_t>{1, 2});  // spread over both ready agents, never the draining
-  std::vector<Candidate> all_draining{{&none, true}};
-  CHECK(select_backend(all_draining, {ProxyStrategy::Default}, "x", rng) == size_t{0});
-  CHECK_FALSE(select_backend({}, {ProxyStrategy::Default}, "x", rng));
-}
-
-TEST_CASE("destHost matches identifiers, defaultRoute the flag, in order", "[server][strategy]") {
-  std::mt19937_64 rng(2);
-  auto a = *parse_agent_identifiers("host=node-a&ipv4=10.0.0.1", true);
-  auto b = *parse_agent_identifiers("cidr=10.9.0.0/16&default-route=true", true);
-  std::vector<Candidate> c{{&a, false}, {&b, false}};
-  std::vector<ProxyStrategy> s{ProxyStrategy::DestHost, ProxyStrategy::DefaultRoute};
-  CHECK(select_backend(c, s, "node-a", rng) == size_t{0});
-  CHECK(select_backend(c, s, "10.0.0.1", rng) == size_t{0});
-  CHECK(select_backend(c, s, "10.9.3.3", rng) == size_t{1});      // cidr
-  CHECK(select_backend(c, s, "elsewhere", rng) == size_t{1});     // falls to defaultRoute
-  CHECK_FALSE(select_backend(c, {ProxyStrategy::DestHost}, "elsewhere", rng));
+TEST_CASE("strategy and agent-choice names", "[server][strategy]") {
   CHECK(parse_proxy_strategy("destHost") == ProxyStrategy::DestHost);
   CHECK_FALSE(parse_proxy_strategy("cidr"));
+  CHECK(parse_agent_choice("least-loaded") == AgentChoice::LeastLoaded);
+  CHECK(parse_agent_choice("random") == AgentChoice::Random);
+  CHECK_FALSE(parse_agent_choice("leastLoaded"));
+  CHECK(to_string(AgentChoice::LeastLoaded) == "least-loaded");
+  CHECK(to_string(AgentChoice::Random) == "random");
+}
+
+TEST_CASE("an agent's load: tunnels, pending dials, queued bytes in 64 KiB units",
+          "[server][strategy]") {
+  CHECK(agent_load(0, 0, 0) == 0);
+  CHECK(agent_load(3, 0, 0) == 3);
+  CHECK(agent_load(0, 2, 0) == 2);
+  CHECK(agent_load(0, 0, kQueuedBytesPerLoadUnit - 1) == 0);
+  CHECK(agent_load(0, 0, 3 * kQueuedBytesPerLoadUnit) == 3);
+  CHECK(agent_load(1, 1, kQueuedBytesPerLoadUnit) == 3);
+}
+
+namespace {
+
+// How often each of loads.size() candidates is chosen in `rounds` choices.
+std::vector<int> shares(const std::vector<uint64_t>& loads, AgentChoice choice, int rounds) {
+  std::mt19937_64 rng(7);
+  std::vector<int> seen(loads.size());
+  for (int r = 0; r < rounds; ++r) {
+    auto i = choose_index(loads.size(), choice, rng, [&](size_t k) { return loads[k]; });
+    REQUIRE(i);
+    ++seen.at(*i);
+  }
+  return seen;
+}
+
+}  // namespace
+
+TEST_CASE("least-loaded: of two drawn, the lower load, so the most loaded never",
+          "[server][strategy]") {
+  std::mt19937_64 rng(3);
+  CHECK_FALSE(choose_index(0, AgentChoice::LeastLoaded, rng, [](size_t) { return 0; }));
+  CHECK(choose_index(1, AgentChoice::LeastLoaded, rng, [](size_t) { return 99; }) == size_t{0});
+  // Loads 2, 1, 0: each pair is drawn a third of the time; the idle agent wins the two pairs it
+  // is in, the middle one the pair {0, 1}, the busiest none.
+  auto seen = shares({2, 1, 0}, AgentChoice::LeastLoaded, 6000);
+  CHECK(seen[0] == 0);
+  CHECK(seen[1] == Approx(2000).margin(250));
+  CHECK(seen[2] == Approx(4000).margin(250));
+  // Equal loads: spread evenly, as random.
+  seen = shares({4, 4, 4}, AgentChoice::LeastLoaded, 6000);
+  for (int n : seen) CHECK(n == Approx(2000).margin(250));
+}
+
+TEST_CASE("random: uniform whatever the loads (upstream's choice)", "[server][strategy]") {
+  auto seen = shares({1000, 0, 0}, AgentChoice::Random, 6000);
+  for (int n : seen) CHECK(n == Approx(2000).margin(250));
 }

@@ -43,7 +43,8 @@ constexpr std::chrono::milliseconds kDeadlineSlack{20};
 
 Router::Router(const ServerOptions& options, asio::io_context& timers, ServerMetrics& metrics)
     : options_(options),
-      backends_(strategies_of(options)),
+      backends_(strategies_of(options),
+                parse_agent_choice(options.agent_choice).value_or(AgentChoice::LeastLoaded)),
       timers_(timers),
       deadlines_(timers.get_executor(), kDeadlineSlack),
       metrics_(metrics) {
@@ -111,9 +112,9 @@ std::optional<Router::DialRefusal> Router::add_pending(int64_t random,
                       std::to_string(per_agent) + ", --max-tunnels-per-agent)",
                   503);
   }
-  switch (pending_.add(random, std::move(frontend), &backend,
-                       static_cast<size_t>(options_.max_pending_dials),
-                       static_cast<size_t>(options_.max_pending_dials_per_agent))) {
+  switch (pending_.add(
+      random, std::move(frontend), &backend, static_cast<size_t>(options_.max_pending_dials),
+      static_cast<size_t>(options_.max_pending_dials_per_agent), backend.pending_dials())) {
     case PendingDialTable::AddResult::Added:
       return std::nullopt;
     case PendingDialTable::AddResult::Duplicate:
