@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The proxy-server's agent choice with one slow agent, against upstream, in one run: builds the
+# binaries it needs (preset ci), then bench/agent_choice.py starts upstream v0.30.4's server and
+# agents (bench/build-upstream.sh; left out with --upstream-bin=), konn with
+# --agent-choice=random and konn with --agent-choice=least-loaded, each with three agents of
+# which one reaches the server through a delaying relay, and prints one table: dials/s, p50,
+# p99 and each agent's share of the dials. See docs/performance.md ("Agent choice").
+#
+#   bench/agent-choice.sh [--delay-ms=20,200] [--duration=10] [--concurrency=16] [--runs=1]
+#                         [--upstream-bin=DIR] [--json=FILE]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$(pwd)
+launcher=()
+if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake --preset ci "${launcher[@]}" >/dev/null
+cmake --build --preset ci -j "$(nproc)" --target proxy-server proxy-agent konn-loadgen >/dev/null
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+exec python3 bench/agent_choice.py --bin="$src/build/ci/bin" --src="$src" "$@"
