@@ -2,6 +2,7 @@
 
 #include <asio/steady_timer.hpp>
 
+#include "core/config/duration.h"
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/kube/kubeconfig.h"
@@ -10,12 +11,13 @@
 namespace konn::agent {
 namespace {
 
+using core::config::format_go_duration;
+
 spdlog::logger& logger() {
   static const auto log = core::log::get("agent");
   return *log;
 }
 
-constexpr std::chrono::milliseconds kDrainPoll{100};
 constexpr std::chrono::seconds kGracefulStopWait{5};
 constexpr std::chrono::seconds kAbortStopWait{2};
 
@@ -112,26 +114,32 @@ void AgentApp::drain() {
     if (node_listener_) node_listener_->stop();
     servers_->close_node_connections("agent draining");
     servers_->drain();
-    asio::co_spawn(control_, watch_drain(), asio::detached);
+    // The agent stays up, as upstream's does: the servers still route to it when every agent
+    // drains (a DaemonSet rolled with a large maxUnavailable), so leaving once the last tunnel
+    // closes could leave a cluster with no agent at all. It leaves on a second signal (kubelet's
+    // SIGKILL at the pod's grace period) or at --drain-timeout.
+    if (options_.drain_timeout.count() > 0) {
+      asio::co_spawn(control_, watch_drain(), asio::detached);
+    }
   });
 }
 
 core::io::Awaitable<void> AgentApp::watch_drain() {
-  // Polled rather than signalled: connections end on many threads, and a 100 ms lag at exit
-  // costs nothing.
   asio::steady_timer timer(control_);
-  while (servers_->endpoint_connections() > 0) {
-    timer.expires_after(kDrainPoll);
-    co_await timer.async_wait(core::io::use_nothrow);
-  }
-  KONN_LOG((&logger()), info, "drained: no endpoint connection left");
+  timer.expires_after(options_.drain_timeout);
+  co_await timer.async_wait(core::io::use_nothrow);
+  KONN_LOG((&logger()), info, "drain timeout ({}) reached: exiting with {} endpoint connection(s)",
+           format_go_duration(options_.drain_timeout), servers_->endpoint_connections());
   finish(0);
 }
 
-void AgentApp::finish(int exit_code) {
+void AgentApp::finish(int exit_code, bool graceful) {
   {
     std::lock_guard lock(exit_mu_);
-    if (!exit_code_) exit_code_ = exit_code;
+    if (!exit_code_) {
+      exit_code_ = exit_code;
+      exit_graceful_ = graceful;
+    }
   }
   exit_cv_.notify_all();
 }
@@ -158,12 +166,16 @@ int AgentApp::run() {
   core::io::ShutdownSignals signals(
       control_,
       [this](int sig) {
-        KONN_LOG((&logger()), info, "signal {}: draining (a second signal exits at once)", sig);
+        KONN_LOG((&logger()), info, "signal {}: draining; serving until a second signal{}", sig,
+                 options_.drain_timeout.count() > 0
+                     ? " or --drain-timeout (" + format_go_duration(options_.drain_timeout) + ")"
+                     : std::string());
         drain();
       },
       [this](int sig) {
-        KONN_LOG((&logger()), warn, "signal {} again: exiting now", sig);
-        finish(1);
+        // The end of a drain, as upstream's agent exits on its second signal: status 0.
+        KONN_LOG((&logger()), info, "signal {} again: exiting now", sig);
+        finish(0, false);
       });
   try {
     start();
@@ -172,12 +184,14 @@ int AgentApp::run() {
     return 1;
   }
   int code = 0;
+  bool graceful = true;
   {
     std::unique_lock lock(exit_mu_);
     exit_cv_.wait(lock, [this] { return exit_code_.has_value(); });
     code = *exit_code_;
+    graceful = exit_graceful_;
   }
-  stop(code == 0);
+  stop(graceful);
   return code;
 }
 

@@ -37,12 +37,15 @@ class AgentApp {
   // at once. Throws std::runtime_error when the kubeconfig for the lease list cannot be used.
   void start();
   // Graceful shutdown, as on the first SIGTERM: DRAIN every stream, make no new server
-  // connections, and finish (run() returns 0) once no endpoint connection is left.
+  // connections, close the node-to-control-plane side, and keep serving (open tunnels and the
+  // dials a server still sends, as it does when every agent drains) until a second signal or
+  // --drain-timeout (then run() returns 0).
   void drain();
   // Ends the streams (cancelled, or half-closed and awaited for a bounded time when
   // `graceful`), then the loops and threads. Idempotent.
   void stop(bool graceful = false);
-  // start(), then serve until drained after a signal (exit code 0) or a second signal (1).
+  // start(), then serve until --drain-timeout after a signal (graceful stop) or a second signal
+  // (streams cancelled); exit code 0 either way.
   int run();
 
   ServerSet& servers() { return *servers_; }
@@ -62,7 +65,8 @@ class AgentApp {
   // Health and admin listeners. A port already in use is logged, not fatal: the tunnel matters
   // more than its probes.
   void start_listeners();
-  void finish(int exit_code);
+  // Ends run() with `exit_code`, stopping gracefully or not; the first call wins.
+  void finish(int exit_code, bool graceful = true);
   core::io::Awaitable<void> watch_drain();
 
   const AgentOptions options_;  // a copy: the loops read it for the app's whole life
@@ -85,6 +89,7 @@ class AgentApp {
   std::mutex exit_mu_;
   std::condition_variable exit_cv_;
   std::optional<int> exit_code_;  // guarded by exit_mu_
+  bool exit_graceful_ = true;     // guarded by exit_mu_
 };
 
 }  // namespace konn::agent

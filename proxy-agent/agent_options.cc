@@ -135,6 +135,10 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("server-connect-timeout", &server_connect_timeout,
         "Bound of one connection attempt to a proxy-server: TCP connect, the egress proxy's "
         "CONNECT answer and the TLS handshake (at least 100ms)");
+  p.add("drain-timeout", &drain_timeout,
+        "konn: after the first SIGTERM or SIGINT (DRAIN sent to every server; the agent keeps "
+        "serving, a fallback for the servers when every agent drains), exit once this long has "
+        "passed. 0: only a second signal ends the drain, as upstream");
   p.add("xfr-channel-size", &xfr_channel_size,
         "Per-connection queue depth in packets (kept for compatibility; must be > 0)");
   p.add("dial-timeout", &dial_timeout, "Timeout of each dial to an endpoint");
@@ -236,6 +240,9 @@ std::vector<std::string> AgentOptions::validate() const {
   if (server_connect_timeout < std::chrono::milliseconds(100)) {
     errors.push_back("--server-connect-timeout: must be at least 100ms");
   }
+  if (drain_timeout.count() < 0) {
+    errors.push_back("--drain-timeout: must be 0 (until a second signal) or positive");
+  }
   if (xfr_channel_size <= 0) errors.push_back("--xfr-channel-size: must be greater than 0");
   if (dial_timeout.count() <= 0) errors.push_back("--dial-timeout: must be positive");
   if (half_close_timeout.count() <= 0) {
@@ -280,12 +287,13 @@ void AgentOptions::print(spdlog::logger& log) const {
   log.info(
       "proxy-agent starting: agent-id={} identifiers=\"{}\" servers={}:{} mTLS={} token={} "
       "sync-interval={} sync-interval-cap={} probe-interval={} sync-forever={} "
-      "keepalive-time={} server-connect-timeout={} dial-timeout={}",
+      "keepalive-time={} server-connect-timeout={} dial-timeout={} drain-timeout={}",
       agent_id, agent_identifiers, fmt::join(proxy_server_hosts, ","), proxy_server_port,
       !agent_cert.empty(), service_account_token_path.empty() ? "none" : "from file",
       format_go_duration(sync_interval), format_go_duration(sync_interval_cap),
       format_go_duration(probe_interval), sync_forever, format_go_duration(keepalive_time),
-      format_go_duration(server_connect_timeout), format_go_duration(dial_timeout));
+      format_go_duration(server_connect_timeout), format_go_duration(dial_timeout),
+      format_go_duration(drain_timeout));
   log.info(
       "dials allowed to {}; at most {} endpoint connections (0: no limit); half-close-timeout={}",
       fmt::join(allowed_destinations, ","), max_endpoint_connections,

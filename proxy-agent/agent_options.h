@@ -56,6 +56,9 @@ struct AgentOptions {
   // konn: bounds one connection attempt's TCP connect, proxy CONNECT and TLS handshake (gRPC's
   // minimum connect timeout, 20s by default there too).
   Duration server_connect_timeout = std::chrono::seconds(20);
+  // konn: after the first SIGTERM (DRAIN sent), exit once this long has passed (0: only on a
+  // second signal, as upstream's agent, which has no such timer).
+  Duration drain_timeout{0};
 
   // Tunnels.
   int xfr_channel_size = 150;

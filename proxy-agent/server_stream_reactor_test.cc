@@ -807,7 +807,7 @@ TEST_CASE("stopping while a connection attempt hangs in the TLS handshake return
   }
 }
 
-TEST_CASE("drain sends DRAIN and finishes once tunnels are gone", "[agent][set]") {
+TEST_CASE("drain sends DRAIN, keeps its tunnels and still serves dials", "[agent][set]") {
   FakeProxyServer server({});
   Endpoint echo;
   AgentApp app(agent_options(server.port()));
@@ -825,6 +825,15 @@ TEST_CASE("drain sends DRAIN and finishes once tunnels are gone", "[agent][set]"
   REQUIRE(s->write(tunnel::make_close_request(c)));
   REQUIRE(s->take_type(CLOSE_RSP));
   REQUIRE(eventually([&] { return app.servers().endpoint_connections() == 0; }));
+  // A server whose agents all drain still sends dials to a draining one: they are served, and
+  // the stream stays up with no tunnel left.
+  int64_t late = dial_ok(*s, echo.address(), 4);
+  REQUIRE(s->write(tunnel::make_data(late, "fallback")));
+  CHECK(s->take_data(late, 8) == "fallback");
+  REQUIRE(s->write(tunnel::make_close_request(late)));
+  REQUIRE(s->take_type(CLOSE_RSP));
+  REQUIRE(eventually([&] { return app.servers().endpoint_connections() == 0; }));
+  CHECK(app.servers().connected() == 1);
   app.stop(true);
   CHECK(s->wait_ended());  // graceful: the agent half-closed and the server finished
 }

@@ -105,6 +105,7 @@ const std::vector<DaemonFlags>& daemon_flag_table() {
                                       "sync-forever",
                                       "keepalive-time",
                                       "server-connect-timeout",
+                                      "drain-timeout",
                                       "xfr-channel-size",
                                       "dial-timeout",
                                       "allowed-destinations",

@@ -1,5 +1,6 @@
-// Draining: an agent on SIGTERM (no new dials while another agent serves, open tunnels finish)
-// and the server on SIGTERM (not ready, no new frontends, open tunnels finish, exit by the
+// Draining: an agent on SIGTERM (no new dials while another agent serves, open tunnels finish,
+// still the fallback when every agent drains, exit on a second signal or --drain-timeout) and
+// the server on SIGTERM (not ready, no new frontends, open tunnels finish, exit by the
 // graceful timeout; a second signal exits at once).
 #include <csignal>
 
@@ -29,12 +30,14 @@ void echo_once(Tunnel& t, const std::string& payload) {
 
 }  // namespace
 
-// reliability: proxy-agent | SIGTERM of one of two agents | DRAIN to the server, exit 0 once its
-// reliability+: tunnel closed | agent info "signal 15: draining ...", "drained: ..."; server info
-// reliability+: "agent leaving is draining: ..." | its open tunnel; new dials go to the other agent
+// reliability: proxy-agent | SIGTERM of one of two agents | DRAIN to the server; it stays up
+// reliability+: after its last tunnel closed, and takes new dials again once the other agent is
+// reliability+: gone; a second signal exits 0 | agent info "signal 15: draining; ...", "signal 15
+// reliability+: again: exiting now"; server info "agent leaving is draining: ..." | its open
+// reliability+: tunnel; new dials go to the other agent while it serves
 TEST_CASE(
-    "drain: a draining agent gets no new dials while another serves, and its open tunnel "
-    "finishes",
+    "drain: a draining agent gets no new dials while another serves, its open tunnel finishes, "
+    "and it stays up as the fallback",
     "[e2e][ha][drain]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();
@@ -43,7 +46,8 @@ TEST_CASE(
   FleetServer s(certs, "s1", {});
   s.start();
   FleetAgent a(dir, certs, "leaving", s.agent_port(), {});
-  FleetAgent b(dir, certs, "staying", s.agent_port(), {});
+  auto b = std::make_unique<FleetAgent>(dir, certs, "staying", s.agent_port(),
+                                        std::vector<std::string>{});
   REQUIRE(eventually([&] { return s.ready_agents() == 2; }, 20s));
   auto ch = s.channel();
 
@@ -64,17 +68,92 @@ TEST_CASE(
   a.process().kill(SIGTERM);
   REQUIRE(s.process().wait_for_log("agent leaving is draining", 10s));
   int a_dials = a.dials();
-  int b_dials = b.dials();
+  int b_dials = b->dials();
   for (int i = 0; i < 12; ++i) echo_tunnel(ch, echo.address())->close();
-  CHECK(eventually([&] { return b.dials() == b_dials + 12; }, 10s));
+  CHECK(eventually([&] { return b->dials() == b_dials + 12; }, 10s));
   CHECK(a.dials() == a_dials);
 
   // The draining agent's tunnel still carries bytes both ways, then ends cleanly.
   echo_once(*on_a, "still draining");
   CHECK(on_a->close().empty());
-  CHECK(a.process().wait_exit(20s) == 0);
-  CHECK(a.process().count_in_log("drained") >= 1);
   for (auto& t : others) echo_once(*t, "the other agent is still here");
+  others.clear();
+  // With no tunnel left it stays up: the process runs and the server still counts it.
+  CHECK(a.process().running());
+  CHECK(a.servers() == 1);
+
+  // The other agent leaves at once: the draining agent is the only one, and takes every dial.
+  b.reset();
+  REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
+  for (int i = 0; i < 5; ++i) echo_tunnel(ch, echo.address())->close();
+  CHECK(eventually([&] { return a.dials() == a_dials + 5; }, 10s));
+
+  a.process().kill(SIGTERM);
+  CHECK(a.process().wait_exit(20s) == 0);
+  CHECK(a.process().count_in_log("signal 15 again: exiting now") == 1);
+}
+
+// reliability: proxy-agent | SIGTERM of the only agent while a webhook-like client keeps dialling
+// reliability+: | every dial served during the drain; exit 0 at --drain-timeout or on a second
+// reliability+: signal | agent info "signal 15: draining; serving until a second signal or
+// reliability+: --drain-timeout (3s)", "drain timeout (3s) reached: exiting with 0 endpoint
+// reliability+: connection(s)" | every dial until the agent exits
+TEST_CASE("drain: with one agent, a webhook-like workload keeps working through its drain",
+          "[e2e][ha][drain]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-ha"};
+  konn::testsupport::EchoServer echo;
+  FleetServer s(certs, "s1", {});
+  s.start();
+
+  // One webhook call: a new tunnel, a request, its answer, the tunnel closed.
+  auto webhook_for = [&](std::chrono::milliseconds how_long) {
+    auto ch = s.channel();
+    int calls = 0;
+    auto until = std::chrono::steady_clock::now() + how_long;
+    while (std::chrono::steady_clock::now() < until) {
+      auto t = echo_tunnel(ch, echo.address(), "admission review " + std::to_string(calls));
+      CHECK(t->close().empty());
+      ++calls;
+    }
+    return calls;
+  };
+
+  SECTION("until --drain-timeout") {
+    FleetAgent a(dir, certs, "only", s.agent_port(), {"--drain-timeout=3s"});
+    REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
+    CHECK(webhook_for(300ms) > 0);
+    auto sigterm = std::chrono::steady_clock::now();
+    a.process().kill(SIGTERM);
+    REQUIRE(s.process().wait_for_log("agent only is draining", 10s));
+    // Every call during the drain succeeds (echo_tunnel REQUIREs each round trip).
+    int calls = webhook_for(2s);
+    CHECK(calls > 5);
+    CHECK(a.process().running());
+    CHECK(a.process().wait_exit(20s) == 0);
+    auto lasted = std::chrono::steady_clock::now() - sigterm;
+    CHECK(lasted >= 3s);
+    CHECK(a.process().count_in_log("drain timeout (3s) reached: exiting") == 1);
+    // Gone now: the server has no agent left.
+    CHECK(eventually([&] { return s.ready_agents() == 0; }, 10s));
+    auto late = Tunnel::dial(s.channel(), echo.address(), 5s);
+    CHECK_FALSE(late.tunnel);
+  }
+
+  SECTION("until a second signal") {
+    FleetAgent a(dir, certs, "only", s.agent_port(), {});
+    REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
+    a.process().kill(SIGTERM);
+    REQUIRE(s.process().wait_for_log("agent only is draining", 10s));
+    CHECK(webhook_for(2s) > 5);
+    CHECK(a.process().running());
+    CHECK(a.process().count_in_log("serving until a second signal") == 1);
+    a.process().kill(SIGTERM);
+    CHECK(a.process().wait_exit(20s) == 0);
+    CHECK(a.process().count_in_log("again: exiting now") == 1);
+    CHECK(eventually([&] { return s.ready_agents() == 0; }, 10s));
+  }
 }
 
 // reliability: proxy-server | SIGTERM with a tunnel open | /readyz 503 "[-]shutdown failed", new
