@@ -18,7 +18,8 @@
 //
 // Drain, as upstream's agent: the first SIGTERM or SIGINT sends DRAIN on every stream and stops
 // connecting to new servers; the agent keeps serving (open tunnels and new dials) until a second
-// signal, which exits 0.
+// signal, which exits 0. DRAIN goes at once, as upstream's master does since PR #893; v0.36.0
+// sends it from its receive loop, so only after the next packet from that server.
 //
 //	upstream-agent --addr=HOST:PORT --ca=F [--cert=F --key=F] [--agent-id=ID] [--identifiers=Q]
 //	               [--sync-interval=D] [--count-server-leases --lease-api=https://H:P --lease-ca=F
