@@ -189,6 +189,15 @@ TEST_CASE("the agent's half-close timeout defaults to 30s and must be positive",
   CHECK(mentions(parse({"--half-close-timeout=0s"}).errors, "--half-close-timeout"));
 }
 
+TEST_CASE("the agent's drain timeout defaults to 0 (a second signal ends the drain)",
+          "[agent][options]") {
+  CHECK(parse({}).options.drain_timeout.count() == 0);
+  auto s = parse({"--drain-timeout=90s"});
+  CHECK(s.errors.empty());
+  CHECK(s.options.drain_timeout == std::chrono::seconds(90));
+  CHECK(mentions(parse({"--drain-timeout=-1s"}).errors, "--drain-timeout"));
+}
+
 TEST_CASE("agent --proxy-url and --server-connect-timeout", "[agent][options][egress-proxy]") {
   auto p = parse({"--proxy-url=http://u:p%40ss@proxy.corp:3128", "--server-connect-timeout=2s"});
   CHECK(p.errors.empty());
