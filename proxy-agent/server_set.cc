@@ -358,9 +358,10 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
   Outcome outcome = Outcome::Connected;
   std::string why;
   int64_t target = 1;
+  bool drain_it = false;
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || draining_) {
+    if (stopping_) {
       outcome = Outcome::Duplicate;
       why = "agent is shutting down";
     } else if (streams_.count(h.server_id) != 0) {
@@ -370,9 +371,13 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
       streams_[h.server_id] = s;
       // Only a new distinct server updates the count (as upstream does since #774).
       server_count_ = std::max<int64_t>(1, h.server_count);
+      // An attempt under way when the drain began: the stream is kept, as upstream keeps it,
+      // and told at once. drain() sent DRAIN to the streams registered before it.
+      drain_it = draining_;
     }
     target = target_count_locked();
   }
+  if (drain_it) s->drain();
   if (outcome == Outcome::Connected && !options_.node_to_control_plane_listen.empty() &&
       !h.node_to_control_plane) {
     bool first = false;

@@ -48,8 +48,9 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
 
   // Spawns the connect and probe loops on ctx. Once.
   void start();
-  // First shutdown signal: no new server connections, DRAIN on every stream. Existing tunnels
-  // keep working.
+  // First shutdown signal: no new server connections, DRAIN on every stream (and on a stream
+  // whose attempt was under way, once its handshake is done; it is kept). Existing tunnels
+  // keep working and new dials are still served.
   void drain();
   // Ends every stream (gracefully, or cancelled with `abort`) and stops the loops. Waits up to
   // `wait` for the streams' OnDone so no gRPC callback runs after it returns. Returns true when

@@ -157,6 +157,8 @@ class FakeProxyServer final : public AgentService::Service {
     // After the agent's half-close, keep the stream open until the call is cancelled (a server
     // that ignores half-closes).
     bool ignore_half_close = false;
+    // Wait this long before sending the response headers (an attempt still under way).
+    milliseconds header_delay{0};
   };
 
   explicit FakeProxyServer(Config config, int port = 0) : config_(std::move(config)) {
@@ -190,6 +192,8 @@ class FakeProxyServer final : public AgentService::Service {
     cv_.wait_for(lock, limit, [&] { return sessions_.size() > index; });
     return sessions_.size() > index ? sessions_[index] : nullptr;
   }
+  // Connect calls received, counted before their headers go out.
+  int calls() const { return calls_.load(); }
   size_t session_count() {
     std::lock_guard lock(mu_);
     return sessions_.size();
@@ -215,6 +219,8 @@ class FakeProxyServer final : public AgentService::Service {
       ctx->AddInitialMetadata("servercount", std::to_string(config_.server_count));
     }
     if (config_.flow_control) ctx->AddInitialMetadata("konn-flow-control", "1");
+    calls_.fetch_add(1);
+    if (config_.header_delay.count() > 0) std::this_thread::sleep_for(config_.header_delay);
     stream->SendInitialMetadata();
     {
       std::lock_guard lock(mu_);
@@ -247,6 +253,7 @@ class FakeProxyServer final : public AgentService::Service {
 
  private:
   Config config_;
+  std::atomic<int> calls_{0};
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::mutex mu_;
@@ -836,6 +843,28 @@ TEST_CASE("drain sends DRAIN, keeps its tunnels and still serves dials", "[agent
   CHECK(app.servers().connected() == 1);
   app.stop(true);
   CHECK(s->wait_ended());  // graceful: the agent half-closed and the server finished
+}
+
+TEST_CASE("a stream whose handshake ends after the drain began is kept and told DRAIN",
+          "[agent][set]") {
+  FakeProxyServer::Config config;
+  config.header_delay = milliseconds(300);
+  FakeProxyServer server(config);
+  Endpoint echo;
+  AgentApp app(agent_options(server.port()));
+  app.start();
+  REQUIRE(eventually([&] { return server.calls() == 1; }));
+  app.drain();  // the server has the call; its headers are still to come
+  auto s = server.session(0);
+  REQUIRE(s);
+  REQUIRE(s->take_type(DRAIN));
+  REQUIRE(eventually([&] { return app.servers().connected() == 1; }));
+  // Kept: a server whose agents all drain still gets its dials served.
+  int64_t c = dial_ok(*s, echo.address(), 7);
+  REQUIRE(s->write(tunnel::make_data(c, "late")));
+  CHECK(s->take_data(c, 4) == "late");
+  CHECK(server.session_count() == 1);  // and no new server connection while draining
+  app.stop(true);
 }
 
 TEST_CASE("a graceful stop ends a stream whose server keeps sending", "[agent][set]") {
