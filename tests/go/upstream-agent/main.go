@@ -389,7 +389,7 @@ func (cs *clientSet) connectOnce() bool {
 		fail("servercount %q: %v", counts[0], err)
 	}
 	cs.mu.Lock()
-	if _, dup := cs.agents[ids[0]]; dup || cs.draining {
+	if _, dup := cs.agents[ids[0]]; dup {
 		cs.mu.Unlock()
 		streamCancel()
 		cc.Close()
@@ -400,9 +400,14 @@ func (cs *clientSet) connectOnce() bool {
 	cs.agents[ids[0]] = a
 	cs.serverCount = count
 	held := len(cs.agents)
+	draining := cs.draining
 	cs.mu.Unlock()
 	logf("connected serverID=%s serverCount=%s agentID=%s (streams: %d)", ids[0], counts[0],
 		*agentID, held)
+	if draining {
+		// Connected while the drain began: kept, and told at once (drain() saw the others).
+		a.sendDrain()
+	}
 	go a.serve()
 	return true
 }
@@ -431,13 +436,17 @@ func (cs *clientSet) drain() {
 	}
 	cs.mu.Unlock()
 	for _, a := range agents {
-		if err := a.send(&pb.Packet{Type: pb.PacketType_DRAIN,
-			Payload: &pb.Packet_Drain{Drain: &pb.Drain{}}}); err != nil {
-			logf("DRAIN to serverID=%s: %v", a.serverID, err)
-			continue
-		}
-		logf("sent DRAIN serverID=%s", a.serverID)
+		a.sendDrain()
 	}
+}
+
+func (a *agent) sendDrain() {
+	if err := a.send(&pb.Packet{Type: pb.PacketType_DRAIN,
+		Payload: &pb.Packet_Drain{Drain: &pb.Drain{}}}); err != nil {
+		logf("DRAIN to serverID=%s: %v", a.serverID, err)
+		return
+	}
+	logf("sent DRAIN serverID=%s", a.serverID)
 }
 
 func main() {
