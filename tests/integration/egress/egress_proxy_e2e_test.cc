@@ -84,7 +84,7 @@ TEST_CASE(
   CHECK(agent.process().log().find("p@ss") == kNpos);
 
   // squid writes a tunnel's line when the tunnel ends.
-  agent.process().terminate(5s);
+  agent.stop();
   INFO(squid.access_log());
   CHECK(eventually([&] { return squid.access_log().find("TCP_TUNNEL/200") != kNpos; }, 5s));
   CHECK(squid.access_log().find("CONNECT 127.0.0.1:" + std::to_string(server.agent_port()) +
@@ -143,7 +143,7 @@ TEST_CASE(
     REQUIRE(eventually([&] { return s->ready_agents() == 1; }, 10s));
     echo_tunnel(s->channel(), echo.address())->close();
   }
-  agent.process().terminate(5s);
+  agent.stop();
   const std::string tunnel = "TCP_TUNNEL/200";
   INFO(squid.access_log());
   CHECK(eventually([&] { return count(squid.access_log(), tunnel) >= 2; }, 5s));
@@ -316,7 +316,7 @@ TEST_CASE(
   CHECK(agent.process().log().find("egress HTTP proxy towards the proxy-servers: " + squid.url() +
                                    " (from HTTPS_PROXY, no NO_PROXY; never for localhost and "
                                    "loopback)") != kNpos);
-  agent.process().terminate(5s);
+  agent.stop();
   // A tunnel through squid would be logged within milliseconds of the agent's exit.
   INFO(squid.access_log());
   CHECK_FALSE(eventually([&] { return squid.access_log().find("CONNECT") != kNpos; }, 500ms));

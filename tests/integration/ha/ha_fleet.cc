@@ -1,5 +1,6 @@
 #include "tests/integration/ha/ha_fleet.h"
 
+#include <csignal>
 #include <stdexcept>
 
 #include <asio.hpp>
@@ -152,6 +153,13 @@ FleetAgent::FleetAgent(const testsupport::TempDir& dir, const testsupport::TestC
   if (!process_->wait_for_tcp_port(health_port_, 20s)) {
     throw std::runtime_error("proxy-agent " + id_ + " did not come up; log:\n" + process_->log());
   }
+}
+
+int FleetAgent::stop() {
+  process_->kill(SIGTERM);
+  // The two signals apart: a second SIGTERM sent before the first was handled merges with it.
+  process_->wait_for_log("draining;", 5s);
+  return process_->terminate(5s);
 }
 
 PromParse FleetAgent::metrics() const {

@@ -79,6 +79,9 @@ class FleetAgent {
   testsupport::Process& process() { return *process_; }
   const std::string& id() const { return id_; }
   uint16_t health_port() const { return health_port_; }
+  // Ends the agent as kubelet's SIGTERM and the end of its drain would: SIGTERM, then, once it
+  // drains, a second SIGTERM; SIGKILL if it has not exited within 5 s. Returns its exit status.
+  int stop();
   PromParse metrics() const;
   std::optional<double> metric(const std::string& name,
                                const std::map<std::string, std::string>& labels = {}) const;
