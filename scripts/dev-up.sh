@@ -37,13 +37,22 @@ bin=${KONN_DEV_UP_BIN_DIR:-$build/bin}
 no_build=${KONN_DEV_UP_NO_BUILD:-0}
 
 stop_all() {
-  if [ -d "$run/pids" ]; then
-    for f in "$run"/pids/*; do
-      [ -e "$f" ] || continue
-      kill "$(cat "$f")" 2>/dev/null || true
-      rm -f "$f"
-    done
-  fi
+  [ -d "$run/pids" ] || return 0
+  local pids=() f
+  for f in "$run"/pids/*; do
+    [ -e "$f" ] || continue
+    pids+=("$(cat "$f")")
+    rm -f "$f"
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill "${pids[@]}" 2>/dev/null || true
+  # A draining proxy-agent stays up until a second signal, as upstream's does: once the first
+  # was handled, whatever still runs gets another.
+  for _ in $(seq 20); do
+    kill -0 "${pids[@]}" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill "${pids[@]}" 2>/dev/null || true
 }
 
 if [ "${1:-}" = "stop" ]; then
