@@ -107,9 +107,18 @@ class Processes:
             except ProcessLookupError:
                 pass
             try:
-                p.popen.wait(grace)
+                p.popen.wait(1)
             except subprocess.TimeoutExpired:
-                pass
+                # A konn agent drains on the first signal and stays up, as upstream's
+                # does, until a second one.
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                try:
+                    p.popen.wait(max(grace - 1, 0))
+                except subprocess.TimeoutExpired:
+                    pass
         try:  # whatever is left of its group (forked children of dante, squid helpers)
             os.killpg(p.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
