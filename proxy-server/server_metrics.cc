@@ -7,6 +7,13 @@ namespace {
 
 const std::string kPrefix = "konnectivity_network_proxy_server_";
 const char* const kSegmentNames[] = {"from_client", "to_client", "from_agent", "to_agent"};
+// Upstream's buckets, so that dashboards and quantiles copied from upstream read the same:
+// latencyBuckets (1 µs .. 12.5 s) for dials and frontend writes, connectionDurationBuckets
+// (1 s .. 24 h) for tunnel lifetimes.
+const prometheus::Histogram::BucketBoundaries kLatencyBuckets{1e-6, 1e-5, 1e-4, 0.005, 0.025,
+                                                              0.1,  0.5,  2.5,  12.5};
+const prometheus::Histogram::BucketBoundaries kConnectionDurationBuckets{
+    1, 5, 15, 30, 60, 300, 900, 1800, 3600, 14400, 43200, 86400};
 
 template <typename Builder>
 auto& build(Builder b, core::metrics::Registry& r, const std::string& name,
@@ -24,7 +31,8 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
                                             "Latency of write to the frontend in seconds")),
       connection_duration_seconds(build(prometheus::BuildHistogram(), r,
                                         "connection_duration_seconds",
-                                        "Duration of established tunnels in seconds")),
+                                        "Duration in seconds a proxied end-to-end connection was "
+                                        "established (post-dial) before being closed")),
       grpc_connections(build(prometheus::BuildGauge(), r, "grpc_connections",
                              "Number of current grpc connections, partitioned by service method")),
       http_connections(build(prometheus::BuildGauge(), r, "http_connections",
@@ -33,7 +41,8 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
                                       "Number of konnectivity agent connected to the proxy "
                                       "server (deprecated: use ready_backends)")),
       ready_backends(build(prometheus::BuildGauge(), r, "ready_backends",
-                           "Number of konnectivity agents connected, per proxy strategy")),
+                           "Number of konnectivity agent connected to the proxy server, per "
+                           "proxy strategy (destHost: distinct identifiers)")),
       pending_backend_dials(build(prometheus::BuildGauge(), r, "pending_backend_dials",
                                   "Current number of pending backend dial requests")),
       established_connections(build(prometheus::BuildGauge(), r, "established_connections",
@@ -88,15 +97,11 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
       pending(pending_backend_dials.Add({})),
       established(established_connections.Add({})),
       half_closed(half_closed_tunnels.Add({})),
-      dial_duration(dial_duration_seconds.Add(
-          {}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 0.005, 0.025, 0.1, 0.5, 2.5,
-                                                      12.5})),
-      connection_duration(connection_duration_seconds.Add(
-          {}, prometheus::Histogram::BucketBoundaries{1, 10, 60, 300, 1800, 3600, 21600, 86400})),
+      dial_duration(dial_duration_seconds.Add({}, kLatencyBuckets)),
+      connection_duration(connection_duration_seconds.Add({}, kConnectionDurationBuckets)),
       bytes_to_agent(bytes_total.Add({{"direction", "to_agent"}})),
       bytes_to_client(bytes_total.Add({{"direction", "to_client"}})) {
-  frontend_write_duration_seconds.Add(
-      {}, prometheus::Histogram::BucketBoundaries{1e-6, 1e-5, 1e-4, 0.001, 0.01, 0.1, 1});
+  frontend_write_duration_seconds.Add({}, kLatencyBuckets);
   ready_backend_connections.Add({});
   culled_leases_count.Add({});
   tunnels_over_cap_total.Add({});

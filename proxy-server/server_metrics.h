@@ -80,9 +80,9 @@ struct ServerMetrics {
   void agent_rejected(const std::string& reason) {
     agents_rejected_total.Add({{"reason", reason}}).Increment();
   }
-  // Recomputes ready_backends{proxy_strategy} and ready_backend_connections.
-  void set_ready(const std::string& strategy, double agents) {
-    ready_backends.Add({{"proxy_strategy", strategy}}).Set(agents);
+  // ready_backends{proxy_strategy}: `count` as BackendRegistry::usable_by gives it.
+  void set_ready(const std::string& strategy, double count) {
+    ready_backends.Add({{"proxy_strategy", strategy}}).Set(count);
   }
 
  private:

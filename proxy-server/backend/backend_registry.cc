@@ -1,6 +1,8 @@
 #include "proxy-server/backend/backend_registry.h"
 
 #include <algorithm>
+#include <string_view>
+#include <unordered_set>
 
 #include "proxy-server/backend/backend.h"
 
@@ -65,20 +67,22 @@ bool BackendRegistry::ready() const {
 
 size_t BackendRegistry::usable_by(ProxyStrategy strategy) const {
   std::lock_guard lock(mu_);
+  if (strategy == ProxyStrategy::DestHost) {
+    // As upstream's DestHostBackendManager: one entry per distinct identifier (an address or
+    // host any agent announced), not per agent. Upstream keys its three types in one map, so
+    // the same text under two types counts once; so here.
+    std::unordered_set<std::string_view> keys;
+    for (const auto& [id, streams] : agents_) {
+      const auto& ids = streams.back()->identifiers();
+      for (const auto* list : {&ids.hosts, &ids.ipv4, &ids.ipv6, &ids.cidrs}) {
+        keys.insert(list->begin(), list->end());
+      }
+    }
+    return keys.size();
+  }
   size_t n = 0;
   for (const auto& [id, streams] : agents_) {
-    const auto& ids = streams.back()->identifiers();
-    switch (strategy) {
-      case ProxyStrategy::Default:
-        ++n;
-        break;
-      case ProxyStrategy::DestHost:
-        if (!ids.hosts.empty() || !ids.ipv4.empty() || !ids.ipv6.empty() || !ids.cidrs.empty()) ++n;
-        break;
-      case ProxyStrategy::DefaultRoute:
-        if (ids.default_route) ++n;
-        break;
-    }
+    if (strategy == ProxyStrategy::Default || streams.back()->identifiers().default_route) ++n;
   }
   return n;
 }

@@ -39,7 +39,9 @@ class BackendRegistry {
   // Ready when the first strategy could route somewhere (upstream's readiness rule).
   bool ready() const;
   size_t agent_count() const;
-  // Agents the strategy could route to at all (ready_backends{proxy_strategy}).
+  // ready_backends{proxy_strategy}, as upstream counts it: the agents for default, the agents
+  // with default-route for defaultRoute, and for destHost the distinct identifiers (host, ipv4,
+  // ipv6 and konn's cidr) the agents announced. Zero means the strategy cannot route at all.
   size_t usable_by(ProxyStrategy strategy) const;
   // How many streams share `agent_id` (for the duplicate-id warning).
   size_t streams_of(const std::string& agent_id) const;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <unistd.h>
@@ -122,6 +123,27 @@ TEST_CASE("metrics: full scrapes parse as Prometheus text and the named metrics 
   grew(kServer + "stream_packets_total", {{"segment", "from_client"}, {"packet_type", "CLOSE_REQ"}},
        1);
   grew(kServer + "dial_duration_seconds_count", {}, 1);
+  // The tunnel's life, in upstream's buckets (1 s .. 24 h): it lived well under a second.
+  grew(kServer + "connection_duration_seconds_count", {}, 1);
+  grew(kServer + "connection_duration_seconds_bucket", {{"le", "1"}}, 1);
+  // Every histogram has upstream's buckets, so copied dashboards and quantiles read the same.
+  auto buckets = [&](const std::string& family) {
+    std::vector<double> out;  // parsed: the text of 1e-06 depends on the serializer
+    if (auto f = after.families.find(kServer + family); f != after.families.end()) {
+      for (const auto& sample : f->second.samples) {
+        if (auto le = sample.labels.find("le"); le != sample.labels.end()) {
+          out.push_back(std::strtod(le->second.c_str(), nullptr));
+        }
+      }
+    }
+    return out;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> latency{1e-6, 1e-5, 1e-4, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5, inf};
+  CHECK(buckets("connection_duration_seconds") ==
+        std::vector<double>{1, 5, 15, 30, 60, 300, 900, 1800, 3600, 14400, 43200, 86400, inf});
+  CHECK(buckets("dial_duration_seconds") == latency);
+  CHECK(buckets("frontend_write_duration_seconds") == latency);
   grew(kServer + "bytes_total", {{"direction", "to_agent"}}, 100000);
   grew(kServer + "bytes_total", {{"direction", "to_client"}}, 100000);
   CHECK(a.metric("konn_agent_bytes_total", {{"direction", "to_endpoint"}}) >= 100000);

@@ -74,10 +74,21 @@ TEST_CASE(
   CHECK(eventually([&] { return a.dials() == 5; }, 10s));
   CHECK(b.dials() == 1);
   CHECK(c.dials() == 1);
+  // As upstream, destHost counts distinct identifiers (127.0.0.1, localhost, konn's cidr), not
+  // agents; defaultRoute counts agents.
   CHECK(s.metric("konnectivity_network_proxy_server_ready_backends",
-                 {{"proxy_strategy", "destHost"}}) == 2);
+                 {{"proxy_strategy", "destHost"}}) == 3);
   CHECK(s.metric("konnectivity_network_proxy_server_ready_backends",
                  {{"proxy_strategy", "defaultRoute"}}) == 1);
+  // An agent claiming what a already claims adds no identifier, but one more agent.
+  FleetAgent d(dir, certs, "twin-d", s.agent_port(),
+               {"--agent-identifiers=host=localhost&ipv4=127.0.0.1"});
+  REQUIRE(connected(s, "twin-d"));
+  CHECK(eventually(
+      [&] { return s.metric("konnectivity_network_proxy_server_ready_backend_connections") == 4; },
+      10s));
+  CHECK(s.metric("konnectivity_network_proxy_server_ready_backends",
+                 {{"proxy_strategy", "destHost"}}) == 3);
 }
 
 TEST_CASE(

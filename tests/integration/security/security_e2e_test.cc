@@ -216,8 +216,9 @@ TEST_CASE(
     // The refused agent is told why, and keeps trying (backing off).
     CHECK(liar->process().wait_for_log("not proven by its certificate", 20s));
     CHECK(liar->process().running());
-    // honest (host, ipv4) and gateway (its cidr) for destHost; gateway alone for defaultRoute.
-    CHECK(s.metric(kServer + "ready_backends", {{"proxy_strategy", "destHost"}}) == 2);
+    // honest's host and ipv4 and gateway's cidr for destHost (distinct identifiers, as
+    // upstream counts them); gateway alone for defaultRoute.
+    CHECK(s.metric(kServer + "ready_backends", {{"proxy_strategy", "destHost"}}) == 3);
     CHECK(s.metric(kServer + "ready_backends", {{"proxy_strategy", "defaultRoute"}}) == 1);
   }
   SECTION("off (the default, as upstream): identifiers are trusted as sent") {
