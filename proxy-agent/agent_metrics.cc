@@ -75,20 +75,25 @@ AgentMetrics::AgentMetrics(std::shared_ptr<const AgentStats> stats,
                         .Help("gRPC stream errors, by segment, gRPC code and packet type")
                         .Register(r);
 
-  // Leases (--count-server-leases). lease_watches_total is registered as upstream does, and as
-  // upstream never incremented: lists are what happen.
+  // Leases (--count-server-leases): one list at start and after a watch broke, one watch call
+  // per watch opened (upstream v0.36 counted its watch calls in lease_lists_total by a slip,
+  // fixed on its master: konn counts as the fix does).
   lease_lists_ = &prometheus::BuildCounter()
                       .Name(std::string(kPrefix) + "lease_lists_total")
-                      .Help("Lease list calls, by HTTP response code and reason")
+                      .Help(
+                          "Count of server lease list calls made by the agent to the k8s "
+                          "apiserver, labeled by HTTP response code and reason")
                       .Register(r);
   lease_list_latency_ = &prometheus::BuildHistogram()
                              .Name(std::string(kPrefix) + "lease_list_latency_seconds")
-                             .Help("Latency of lease list calls, by HTTP response code")
+                             .Help("Latency of server lease listing in seconds")
                              .Register(r);
-  prometheus::BuildCounter()
-      .Name(std::string(kPrefix) + "lease_watches_total")
-      .Help("Lease watch calls (not used: leases are listed)")
-      .Register(r);
+  lease_watches_ = &prometheus::BuildCounter()
+                        .Name(std::string(kPrefix) + "lease_watches_total")
+                        .Help(
+                            "Count of server lease watch calls made by the agent to the k8s "
+                            "apiserver, labeled by HTTP response code and reason")
+                        .Register(r);
 
   auto own = [&](const std::string& name, const std::string& help,
                  const std::map<std::string, std::string>& labels,
@@ -192,6 +197,11 @@ void AgentMetrics::lease_list(int http_status, const std::string& reason, double
   std::string code = std::to_string(http_status);
   lease_lists_->Add({{"http_response_code", code}, {"reason", reason}}).Increment();
   lease_list_latency_->Add({{"http_response_code", code}}, latency_buckets()).Observe(seconds);
+}
+
+void AgentMetrics::lease_watch(int http_status, const std::string& reason) {
+  lease_watches_->Add({{"http_response_code", std::to_string(http_status)}, {"reason", reason}})
+      .Increment();
 }
 
 std::string AgentMetrics::serialize() {

@@ -34,6 +34,8 @@ class AgentMetrics {
   std::string serialize();
   // One answered lease list (lease_lists_total, lease_list_latency_seconds); any thread.
   void lease_list(int http_status, const std::string& reason, double seconds);
+  // One answered lease watch call (lease_watches_total); any thread.
+  void lease_watch(int http_status, const std::string& reason);
 
  private:
   struct CounterLink {
@@ -59,6 +61,7 @@ class AgentMetrics {
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> stream_errors_seen_;
   prometheus::Family<prometheus::Counter>* lease_lists_ = nullptr;
   prometheus::Family<prometheus::Histogram>* lease_list_latency_ = nullptr;
+  prometheus::Family<prometheus::Counter>* lease_watches_ = nullptr;
 };
 
 }  // namespace konn::agent

@@ -168,7 +168,8 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
         "default: the lease count when counting leases, else the servers' servercount; max: "
         "the larger of both");
   p.add("lease-poll-interval", &lease_poll_interval,
-        "How often the Leases are listed with --count-server-leases");
+        "konn: with --count-server-leases the Leases are watched; while no watch runs, they "
+        "are listed again at most this far apart (backoff from 1s)");
   p.add("kubeconfig", &kubeconfig, "kubeconfig for the Lease list (empty: in-cluster)");
   p.add("kube-api-content-type", &kube_api_content_type, "Accepted for compatibility");
   p.add("health-server-host", &health_server_host,
@@ -308,9 +309,11 @@ void AgentOptions::print(spdlog::logger& log) const {
              fmt::join(alpn_protos, ","));
   }
   if (count_server_leases) {
-    log.info("server count from Leases {} in {} every {} (server-count-source={})",
-             lease_label_selector, lease_namespace, format_go_duration(lease_poll_interval),
-             server_count_source);
+    log.info(
+        "server count from Leases {} in {}, watched (listed every {} at most while no "
+        "watch runs; server-count-source={})",
+        lease_label_selector, lease_namespace, format_go_duration(lease_poll_interval),
+        server_count_source);
   }
 }
 

@@ -88,9 +88,10 @@ struct AgentOptions {
   std::string admin_bind_address = "127.0.0.1";
   int admin_server_port = 8094;
 
-  // Server count from the proxy-servers' Leases (listed every lease_poll_interval, a konn flag;
-  // upstream lists through an informer). server_count_source: "default" (the lease count when
-  // counting, else the servers' servercount) or "max" (the larger of both).
+  // Server count from the proxy-servers' Leases (listed, then watched, as upstream's informer;
+  // lease_poll_interval, a konn flag, bounds the gap between lists while no watch runs).
+  // server_count_source: "default" (the lease count when counting, else the servers' servercount)
+  // or "max" (the larger of both).
   bool count_server_leases = false;
   std::string lease_namespace = "kube-system";
   std::string lease_label_selector = "k8s-app=konnectivity-server";

@@ -184,9 +184,16 @@ std::optional<Lease> parse_lease(std::string_view body) {
   return lease_from(doc);
 }
 
-std::optional<std::vector<Lease>> parse_lease_list(std::string_view body) {
+std::optional<std::vector<Lease>> parse_lease_list(std::string_view body,
+                                                   std::string* resource_version) {
   auto doc = json::parse(body, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return std::nullopt;
+  if (resource_version != nullptr) {
+    resource_version->clear();
+    if (auto meta = doc.find("metadata"); meta != doc.end() && meta->is_object()) {
+      *resource_version = meta->value("resourceVersion", std::string());
+    }
+  }
   auto items = doc.find("items");
   if (items == doc.end()) return std::vector<Lease>{};  // an empty list may omit items
   if (!items->is_array()) return std::nullopt;
@@ -204,6 +211,46 @@ std::string status_reason(std::string_view body) {
   if (doc.is_discarded() || !doc.is_object()) return {};
   auto r = doc.find("reason");
   return r != doc.end() && r->is_string() ? r->get<std::string>() : std::string();
+}
+
+std::optional<LeaseEvent> parse_lease_event(std::string_view text) {
+  auto doc = json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) return std::nullopt;
+  auto type = doc.find("type");
+  auto object = doc.find("object");
+  if (type == doc.end() || !type->is_string() || object == doc.end() || !object->is_object()) {
+    return std::nullopt;
+  }
+  LeaseEvent e;
+  const std::string& t = type->get_ref<const std::string&>();
+  if (t == "ERROR") {
+    e.type = LeaseEvent::Type::Error;
+    if (auto c = object->find("code"); c != object->end() && c->is_number_integer()) {
+      e.code = c->get<int>();
+    }
+    e.reason = object->value("reason", std::string());
+    e.message = object->value("message", std::string());
+    return e;
+  }
+  if (auto meta = object->find("metadata"); meta != object->end() && meta->is_object()) {
+    e.resource_version = meta->value("resourceVersion", std::string());
+  }
+  if (t == "BOOKMARK") {
+    e.type = LeaseEvent::Type::Bookmark;
+    return e;
+  }
+  if (t == "ADDED") {
+    e.type = LeaseEvent::Type::Added;
+  } else if (t == "MODIFIED") {
+    e.type = LeaseEvent::Type::Modified;
+  } else if (t == "DELETED") {
+    e.type = LeaseEvent::Type::Deleted;
+  } else {
+    return std::nullopt;
+  }
+  e.lease = lease_from(*object);
+  if (!e.lease) return std::nullopt;
+  return e;
 }
 
 bool lease_valid(const Lease& lease, SystemTime now) {
@@ -334,13 +381,32 @@ io::Awaitable<LeaseClient::Result> LeaseClient::list(asio::any_io_executor ex,
   std::string no_body;
   auto r = co_await call(ex, std::move(method), std::move(path), std::move(no_body));
   if (r.response.status == 200) {
-    if (auto items = parse_lease_list(r.response.body)) {
+    if (auto items = parse_lease_list(r.response.body, &r.resource_version)) {
       r.items = std::move(*items);
     } else {
       r.response.error = "lease list answer is not a LeaseList";
     }
   }
   co_return r;
+}
+
+io::Awaitable<WatchEnd> LeaseClient::watch(asio::any_io_executor ex, const std::string& selector,
+                                           const std::string& resource_version, int timeout_seconds,
+                                           std::function<void(int)> on_answer,
+                                           std::function<bool(const LeaseEvent&)> on_event) const {
+  std::string path = collection() + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=" +
+                     std::to_string(timeout_seconds);
+  if (!resource_version.empty()) path += "&resourceVersion=" + query_escape(resource_version);
+  if (!selector.empty()) path += "&labelSelector=" + query_escape(selector);
+  WatchHandler handler;
+  handler.on_answer = std::move(on_answer);
+  handler.on_event = [on_event = std::move(on_event)](std::string_view text) {
+    auto event = parse_lease_event(text);
+    return !event || on_event(*event);  // an event of no use (an unknown type) is skipped
+  };
+  auto idle = std::chrono::seconds(timeout_seconds) + std::chrono::minutes(1);
+  co_return co_await api_watch(ex, target_, path, std::move(handler), timeout_,
+                               std::chrono::duration_cast<std::chrono::milliseconds>(idle));
 }
 
 io::Awaitable<LeaseClient::Result> LeaseClient::remove(asio::any_io_executor ex,

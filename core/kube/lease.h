@@ -11,6 +11,7 @@
 
 #include "core/io/asio_compat.h"
 #include "core/kube/api_client.h"
+#include "core/kube/api_watch.h"
 
 namespace konn::core::kube {
 
@@ -39,9 +40,25 @@ std::optional<SystemTime> parse_rfc3339(std::string_view text);
 std::string lease_to_json(const Lease& lease, const std::string& lease_namespace);
 // One Lease object, or a LeaseList's items; nullopt when the body is not what it should be.
 std::optional<Lease> parse_lease(std::string_view body);
-std::optional<std::vector<Lease>> parse_lease_list(std::string_view body);
+// `resource_version`, when given, receives the list's metadata.resourceVersion (where a watch
+// starts).
+std::optional<std::vector<Lease>> parse_lease_list(std::string_view body,
+                                                   std::string* resource_version = nullptr);
 // The `reason` of a metav1.Status error body ("NotFound", "Conflict", ...), "" when none.
 std::string status_reason(std::string_view body);
+
+// One event of a Lease watch.
+struct LeaseEvent {
+  enum class Type { Added, Modified, Deleted, Bookmark, Error };
+  Type type = Type::Error;
+  std::optional<Lease> lease;    // Added, Modified, Deleted
+  std::string resource_version;  // the object's (Bookmark: all it carries)
+  int code = 0;                  // Error: the metav1.Status code (410: the version is too old)
+  std::string reason;            // Error: its reason ("Expired", "Gone", ...)
+  std::string message;           // Error: its message
+};
+// A watch event document; nullopt when it is not one (unknown type, or no usable object).
+std::optional<LeaseEvent> parse_lease_event(std::string_view event);
 
 // Upstream's IsLeaseValid: the renew time (else the acquire time) plus the duration lies after
 // `now`. A lease with neither time, or without a duration, is expired.
@@ -67,6 +84,7 @@ class LeaseClient {
     std::chrono::duration<double> latency{};  // seconds, for the latency histograms
     std::optional<Lease> lease;               // get/create/update: the object answered
     std::vector<Lease> items;                 // list
+    std::string resource_version;             // list: the list's, where a watch starts
     std::string reason;                       // metav1.Status reason of an error answer
   };
 
@@ -79,6 +97,14 @@ class LeaseClient {
   // stale) instead of a quorum read from etcd.
   io::Awaitable<Result> list(asio::any_io_executor ex, const std::string& selector,
                              bool from_cache = false) const;
+  // A watch of the leases matching `selector` from `resource_version` (the list's), with
+  // bookmarks, which the apiserver ends after `timeout_seconds`. `on_event` gets each event that
+  // parses (false ends the watch), `on_answer` the answer's status once. The dial and the
+  // answer's head are bounded by this client's timeout, silence by timeout_seconds plus a minute.
+  io::Awaitable<WatchEnd> watch(asio::any_io_executor ex, const std::string& selector,
+                                const std::string& resource_version, int timeout_seconds,
+                                std::function<void(int)> on_answer,
+                                std::function<bool(const LeaseEvent&)> on_event) const;
   // DELETE with a resourceVersion precondition when `resource_version` is not empty.
   io::Awaitable<Result> remove(asio::any_io_executor ex, const std::string& name,
                                const std::string& resource_version) const;

@@ -141,7 +141,9 @@ std::string FakeApiserver::put_lease(const std::string& lease_namespace,
   doc["metadata"]["namespace"] = lease_namespace;
   doc["metadata"]["resourceVersion"] = std::to_string(next_version_++);
   std::string name = doc["metadata"]["name"].get<std::string>();
+  bool existed = leases_[lease_namespace].count(name) != 0;
   leases_[lease_namespace][name] = doc.dump();
+  record_locked(lease_namespace, existed ? "MODIFIED" : "ADDED", leases_[lease_namespace][name]);
   return leases_[lease_namespace][name];
 }
 
@@ -166,7 +168,122 @@ std::vector<std::string> FakeApiserver::lease_names(const std::string& lease_nam
 
 void FakeApiserver::delete_lease(const std::string& lease_namespace, const std::string& name) {
   std::lock_guard lock(mu_);
-  leases_[lease_namespace].erase(name);
+  auto& store = leases_[lease_namespace];
+  auto it = store.find(name);
+  if (it == store.end()) return;
+  json doc = json::parse(it->second);
+  store.erase(it);
+  doc["metadata"]["resourceVersion"] = std::to_string(next_version_++);
+  record_locked(lease_namespace, "DELETED", doc.dump());
+}
+
+void FakeApiserver::record_locked(const std::string& ns, const char* type,
+                                  const std::string& object) {
+  json doc = json::parse(object);
+  uint64_t version = std::stoull(doc["metadata"].value("resourceVersion", std::string("0")));
+  events_.push_back(Event{ns, type, object, version});
+  changed_.notify_all();
+}
+
+void FakeApiserver::break_watches() {
+  std::lock_guard lock(mu_);
+  ++watch_generation_;
+  changed_.notify_all();
+}
+
+void FakeApiserver::compact() {
+  std::lock_guard lock(mu_);
+  events_.clear();
+  compacted_ = next_version_ - 1;
+}
+
+template <typename Stream>
+void FakeApiserver::stream_watch(Stream& s, const Request& r, const std::string& ns) {
+  ++open_watches_;
+  struct Closed {
+    std::atomic<int>& n;
+    ~Closed() { --n; }
+  } closed{open_watches_};
+  std::error_code ec;
+  auto chunk = [&](const std::string& text) {
+    std::string data = text + "\n";
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    asio::write(s, asio::buffer(size + data + "\r\n"), ec);
+    return !ec;
+  };
+  auto event = [](const std::string& type, const json& object) {
+    return json{{"type", type}, {"object", object}}.dump();
+  };
+  std::string head =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+      "Connection: close\r\n\r\n";
+  asio::write(s, asio::buffer(head), ec);
+  if (ec) return;
+  auto query = [&](const char* key) {
+    auto it = r.query.find(key);
+    return it == r.query.end() ? std::string() : it->second;
+  };
+  std::string selector = query("labelSelector");
+  bool bookmarks = query("allowWatchBookmarks") == "true";
+  int timeout = query("timeoutSeconds").empty() ? 1800 : std::stoi(query("timeoutSeconds"));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout);
+  auto matches = [&](const std::string& object) {
+    json doc = json::parse(object);
+    return selector_matches(selector, doc["metadata"].value("labels", json::object()));
+  };
+  std::unique_lock lock(mu_);
+  uint64_t from = query("resourceVersion").empty() ? 0 : std::stoull(query("resourceVersion"));
+  std::vector<std::string> out;
+  if (from == 0) {
+    // "Any version": the current objects, as ADDED, then what follows.
+    for (const auto& [name, text] : leases_[ns]) {
+      if (matches(text)) out.push_back(event("ADDED", json::parse(text)));
+    }
+    from = next_version_ - 1;
+  } else if (from < compacted_ || expire_watches.fetch_sub(1) > 0) {
+    lock.unlock();
+    json status = {{"kind", "Status"},    {"apiVersion", "v1"},
+                   {"status", "Failure"}, {"reason", "Expired"},
+                   {"code", 410},         {"message", "too old resource version"}};
+    if (chunk(event("ERROR", status))) asio::write(s, asio::buffer(std::string("0\r\n\r\n")), ec);
+    return;
+  }
+  uint64_t generation = watch_generation_;
+  auto next_bookmark = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    for (const auto& e : events_) {
+      if (e.version > from && e.ns == ns && matches(e.object)) {
+        out.push_back(event(e.type, json::parse(e.object)));
+      }
+      if (e.version > from && e.ns == ns) from = std::max(from, e.version);
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (bookmarks && now >= next_bookmark) {
+      from = std::max(from, next_version_ - 1);
+      out.push_back(event("BOOKMARK", {{"kind", "Lease"},
+                                       {"apiVersion", "coordination.k8s.io/v1"},
+                                       {"metadata", {{"resourceVersion", std::to_string(from)}}}}));
+      next_bookmark = now + std::chrono::seconds(1);
+    }
+    lock.unlock();
+    for (const auto& text : out) {
+      if (!chunk(text)) return;
+    }
+    out.clear();
+    if (now >= deadline) {
+      asio::write(s, asio::buffer(std::string("0\r\n\r\n")), ec);  // the apiserver's end
+      return;
+    }
+    lock.lock();
+    changed_.wait_for(lock, std::chrono::milliseconds(100));
+    if (stop_ || lease_outage || generation != watch_generation_) {
+      lock.unlock();
+      // Cut mid-stream: no last chunk, no TLS close_notify.
+      s.lowest_layer().close(ec);
+      return;
+    }
+  }
 }
 
 int FakeApiserver::lease_calls(const std::string& verb) const {
@@ -216,10 +333,35 @@ void FakeApiserver::serve(asio::ip::tcp::socket socket) {
   bool authorized = authorization != nullptr && *authorization == "Bearer " + caller_token_;
   bool is_review = r.method == "POST" && r.path == "/apis/authentication.k8s.io/v1/tokenreviews";
   bool is_lease = r.path.rfind(kLeasePrefix, 0) == 0;
+  // A watch: GET <prefix><ns>/leases?watch=1.
+  std::string watch_ns;
+  if (auto w = r.query.find("watch"); is_lease && r.method == "GET" && w != r.query.end() &&
+                                      (w->second == "1" || w->second == "true")) {
+    std::string rest = r.path.substr(kLeasePrefix.size());
+    auto slash = rest.find('/');
+    if (slash != std::string::npos && rest.substr(slash + 1) == "leases") {
+      watch_ns = url_decode(rest.substr(0, slash));
+    }
+  }
   if (is_review) ++reviews_;
   if ((is_review || is_lease) && !authorized) {
     ++unauthorized_;
     answer = {401, status_body(401, "Unauthorized", "Unauthorized")};
+  } else if (!watch_ns.empty()) {
+    {
+      std::lock_guard lock(mu_);
+      ++lease_calls_["watch"];
+    }
+    if (lease_outage) {
+      answer = {503, status_body(503, "ServiceUnavailable", "the apiserver is down for the test")};
+    } else if (refuse_watches) {
+      answer = {403, status_body(403, "Forbidden",
+                                 "leases.coordination.k8s.io is forbidden: "
+                                 "cannot watch resource \"leases\"")};
+    } else {
+      stream_watch(s, r, watch_ns);
+      return;
+    }
   } else if (is_review) {
     answer = review(r);
   } else if (is_lease) {
@@ -317,7 +459,7 @@ std::pair<int, std::string> FakeApiserver::leases(const Request& r) {
     }
     json list = {{"kind", "LeaseList"},
                  {"apiVersion", "coordination.k8s.io/v1"},
-                 {"metadata", {{"resourceVersion", std::to_string(next_version_)}}},
+                 {"metadata", {{"resourceVersion", std::to_string(next_version_ - 1)}}},
                  {"items", std::move(items)}};
     return {200, list.dump()};
   }
@@ -350,6 +492,7 @@ std::pair<int, std::string> FakeApiserver::leases(const Request& r) {
     doc["metadata"]["namespace"] = ns;
     doc["metadata"]["resourceVersion"] = std::to_string(next_version_++);
     store[name] = doc.dump();
+    record_locked(ns, verb == "create" ? "ADDED" : "MODIFIED", store[name]);
     return {verb == "create" ? 201 : 200, store[name]};
   }
   if (verb == "delete") {
@@ -363,7 +506,10 @@ std::pair<int, std::string> FakeApiserver::leases(const Request& r) {
         return {409, status_body(409, "Conflict", "precondition failed: resourceVersion")};
       }
     }
+    json gone = json::parse(it->second);
     store.erase(it);
+    gone["metadata"]["resourceVersion"] = std::to_string(next_version_++);
+    record_locked(ns, "DELETED", gone.dump());
     json ok = {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Success"}};
     return {200, ok.dump()};
   }

@@ -101,8 +101,8 @@ TEST_CASE(
   // --server-count=1: only the leases can tell the agents there are more servers.
   std::vector<std::string> server_args{"--server-count=1", "--enable-lease-controller",
                                        "--kubeconfig=" + kubeconfig, "--lease-renew-interval=1s"};
-  std::vector<std::string> agent_args{"--count-server-leases", "--kubeconfig=" + kubeconfig,
-                                      "--lease-poll-interval=1s"};
+  // The default --lease-poll-interval (10s): the agents learn of servers through their watch.
+  std::vector<std::string> agent_args{"--count-server-leases", "--kubeconfig=" + kubeconfig};
   TcpBalancer lb;
   std::vector<std::unique_ptr<FleetServer>> servers;
   for (const char* id : {"s1", "s2", "s3"}) {
@@ -164,19 +164,36 @@ TEST_CASE(
             .value_or(0) >= 1);
   CHECK(api.lease_calls("list-from-cache") >= 2);  // the agents' lists (the servers' GC reads etcd)
 
-  // A fourth server comes up: its Lease is the only news the agents get.
+  CHECK(api.lease_calls("watch") >= 2);
+  CHECK(a1.metric("konnectivity_network_proxy_agent_lease_watches_total",
+                  {{"http_response_code", "200"}, {"reason", ""}})
+            .value_or(0) >= 1);
+
+  // A fourth server comes up: its Lease is the only news the agents get, through their watch
+  // within about a second of its creation (a poll would take up to 10 s).
   servers.push_back(std::make_unique<FleetServer>(certs, "s4", server_args));
   servers.back()->start();
   lb.set_backends(agent_ports(servers));
+  REQUIRE(eventually([&] { return has("konnectivity-proxy-server-s4"); }, 20s));
+  auto created = std::chrono::steady_clock::now();
+  REQUIRE(eventually(
+      [&] {
+        return a1.metric("konnectivity_network_proxy_agent_known_server_count") == 4 &&
+               a2.metric("konnectivity_network_proxy_agent_known_server_count") == 4;
+      },
+      10s));
+  CHECK(std::chrono::steady_clock::now() - created < 2s);
   REQUIRE(eventually([&] { return a1.servers() == 4 && a2.servers() == 4; }, 30s));
   REQUIRE(eventually([&] { return servers[3]->ready_agents() == 2; }, 10s));
   echo_tunnel(servers[3]->channel(), echo.address())->close();
 
-  // An unreachable apiserver keeps the last count.
+  // An unreachable apiserver (watches cut, lists refused) keeps the last count.
   api.lease_outage = true;
   int lists = api.lease_calls("list");
   REQUIRE(eventually([&] { return api.lease_calls("list") >= lists + 8; }, 20s));
   CHECK(a1.process().wait_for_log("cannot list server leases", 10s));
+  INFO("agent a1:\n" << a1.process().log());
+  CHECK(a1.process().running());
   CHECK(a1.metric("konnectivity_network_proxy_agent_known_server_count") == 4);
   CHECK(a1.metric("konnectivity_network_proxy_agent_lease_lists_total",
                   {{"http_response_code", "503"}, {"reason", "ServiceUnavailable"}})

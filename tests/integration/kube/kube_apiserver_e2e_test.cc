@@ -11,6 +11,7 @@
 // requires the same requests to fail: the backends are on loopback, where the apiserver could
 // reach them directly, so only that tells a tunnelled request from a bypass.
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -735,4 +736,211 @@ TEST_CASE(
     "aggregated API, logs, exec, 16 MiB, 200 creates") {
   KubeStack k(Egress::http_connect_tcp);
   run_checks(k);
+}
+
+namespace {
+
+// metav1.MicroTime of now plus `ahead`, as a Lease's renewTime is written.
+std::string micro_time(std::chrono::seconds ahead = 0s) {
+  auto now = std::chrono::system_clock::now() + ahead;
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+  time_t secs = static_cast<time_t>(us / 1000000);
+  struct tm tm {};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(us % 1000000));
+  return buf;
+}
+
+// etcd and kube-apiserver (no egress), a proxy-server publishing its Lease there and an agent
+// counting the Leases (--count-server-leases) through the same apiserver.
+struct LeaseStack {
+  LeaseStack();
+  RunResult kubectl(std::vector<std::string> args) const {
+    ProcessOptions o;
+    o.binary = KONN_KUBECTL;
+    o.search_path = true;
+    o.args = {"--kubeconfig=" + kubeconfig, "--cache-dir=" + dir.file("kubectl-cache")};
+    o.args.insert(o.args.end(), args.begin(), args.end());
+    return run_process(o, 60s);
+  }
+  // One of the agent's metrics (admin /metrics, prefix konnectivity_network_proxy_agent_), -1
+  // when it cannot be read.
+  double agent_metric(const std::string& name,
+                      const std::map<std::string, std::string>& labels = {}) const {
+    ProcessOptions o;
+    o.binary = "curl";
+    o.search_path = true;
+    o.args = {"-sf", "-m", "5",
+              "http://127.0.0.1:" + std::to_string(agent_admin_port) + "/metrics"};
+    return konn::testsupport::parse_prometheus_text(run_process(o, 10s).output)
+        .value("konnectivity_network_proxy_agent_" + name, labels)
+        .value_or(-1);
+  }
+  std::string logs() const {
+    return "--- proxy-server:\n" + tail(server->log(), 3000) + "\n--- proxy-agent:\n" +
+           tail(agent->log(), 3000) + "\n--- kube-apiserver:\n" + tail(apiserver->log(), 3000);
+  }
+
+  TempDir dir{"konn-kube-lease"};
+  const konn::testsupport::TestCerts& certs = konn::testsupport::test_certs();
+  uint16_t etcd_port = free_tcp_port(), etcd_peer_port = free_tcp_port(),
+           apiserver_port = free_tcp_port(), agent_port = free_tcp_port(),
+           agent_admin_port = free_tcp_port();
+  std::string kubeconfig = dir.file("kubeconfig");
+  std::unique_ptr<Process> etcd, apiserver, server, agent;
+};
+
+LeaseStack::LeaseStack() {
+  const std::string kas = kube_apiserver_path();
+  if (::access(kas.c_str(), X_OK) != 0) {
+    throw std::runtime_error("kube-apiserver not found at " + kas +
+                             ": run scripts/kube-apiserver.sh (scripts/test.sh does) or set "
+                             "KONN_KUBE_APISERVER");
+  }
+  ProcessOptions o;
+  o.binary = "etcd";
+  o.search_path = true;
+  o.log_path = dir.file("etcd.log");
+  const std::string client_url = "http://127.0.0.1:" + std::to_string(etcd_port);
+  const std::string peer_url = "http://127.0.0.1:" + std::to_string(etcd_peer_port);
+  o.args = {"--name=konn",
+            "--data-dir=" + dir.file("etcd"),
+            "--listen-client-urls=" + client_url,
+            "--advertise-client-urls=" + client_url,
+            "--listen-peer-urls=" + peer_url,
+            "--initial-advertise-peer-urls=" + peer_url,
+            "--initial-cluster=konn=" + peer_url,
+            "--listen-metrics-urls=",
+            "--log-level=warn",
+            "--logger=zap"};
+  etcd = std::make_unique<Process>(o);
+
+  o = {};
+  o.binary = "openssl";
+  o.search_path = true;
+  o.args = {"genrsa", "-out", dir.file("sa.key"), "2048"};
+  if (run_process(o, 60s).exit_code != 0) throw std::runtime_error("openssl genrsa failed");
+  o.args = {"rsa", "-in", dir.file("sa.key"), "-pubout", "-out", dir.file("sa.pub")};
+  if (run_process(o, 30s).exit_code != 0) throw std::runtime_error("openssl rsa -pubout failed");
+  write_file(dir.file("tokens.csv"),
+             std::string(kToken) + ",konn-admin,konn-admin-uid,\"system:masters\"\n");
+  if (!etcd->wait_for_tcp_port(etcd_port, 30s)) {
+    throw std::runtime_error("etcd did not come up:\n" + etcd->log());
+  }
+  o = {};
+  o.binary = kas;
+  o.log_path = dir.file("kube-apiserver.log");
+  o.args = {"--etcd-servers=" + client_url,
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--secure-port=" + std::to_string(apiserver_port),
+            "--insecure-port=0",
+            "--cert-dir=" + dir.file("kas-certs"),
+            "--tls-cert-file=" + certs.server_crt,
+            "--tls-private-key-file=" + certs.server_key,
+            "--client-ca-file=" + certs.ca_crt,
+            "--token-auth-file=" + dir.file("tokens.csv"),
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            "--service-account-key-file=" + dir.file("sa.pub"),
+            "--service-account-signing-key-file=" + dir.file("sa.key"),
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--endpoint-reconciler-type=none",
+            "--profiling=false"};
+  apiserver = std::make_unique<Process>(o);
+  write_file(kubeconfig,
+             "apiVersion: v1\nkind: Config\nclusters:\n- name: konn\n  cluster:\n"
+             "    server: https://127.0.0.1:" +
+                 std::to_string(apiserver_port) + "\n    certificate-authority: " + certs.ca_crt +
+                 "\nusers:\n- name: admin\n  user:\n    token: " + kToken +
+                 "\ncontexts:\n- name: konn\n  context:\n    cluster: konn\n    user: admin\n"
+                 "current-context: konn\n");
+  bool ready = eventually(
+      [&] {
+        if (!apiserver->running()) return true;
+        auto r = kubectl({"get", "namespace", "kube-system", "-o", "name"});
+        if (r.exit_code == 0) return true;
+        ::usleep(300'000);
+        return false;
+      },
+      120s);
+  if (!ready || !apiserver->running()) {
+    throw std::runtime_error("kube-apiserver did not become ready:\n" + tail(apiserver->log()));
+  }
+
+  o = {};
+  o.binary = "proxy-server";
+  o.log_path = dir.file("proxy-server.log");
+  o.args = {"--agent-port=" + std::to_string(agent_port),
+            "--agent-bind-address=127.0.0.1",
+            "--cluster-cert=" + certs.server_crt,
+            "--cluster-key=" + certs.server_key,
+            "--cluster-ca-cert=" + certs.ca_crt,
+            "--mode=grpc",
+            "--uds-name=" + dir.file("konn.sock"),
+            "--server-port=0",
+            "--admin-port=" + std::to_string(free_tcp_port()),
+            "--health-port=" + std::to_string(free_tcp_port()),
+            "--server-count=1",
+            "--enable-lease-controller",
+            "--kubeconfig=" + kubeconfig};
+  server = std::make_unique<Process>(o);
+  if (!server->wait_for_tcp_port(agent_port, 30s)) {
+    throw std::runtime_error("proxy-server did not come up:\n" + server->log());
+  }
+  o = {};
+  o.binary = "proxy-agent";
+  o.log_path = dir.file("proxy-agent.log");
+  o.args = {"--proxy-server-host=127.0.0.1",
+            "--proxy-server-port=" + std::to_string(agent_port),
+            "--ca-cert=" + certs.ca_crt,
+            "--agent-cert=" + certs.agent_crt,
+            "--agent-key=" + certs.agent_key,
+            "--agent-id=lease-agent",
+            "--admin-server-port=" + std::to_string(agent_admin_port),
+            "--health-server-port=0",
+            "--count-server-leases",
+            "--kubeconfig=" + kubeconfig};
+  agent = std::make_unique<Process>(o);
+}
+
+}  // namespace
+
+TEST_CASE("kube-apiserver: a Lease created there changes the agent's server count within 2 s") {
+  LeaseStack k;
+  // The server's own Lease: one server.
+  REQUIRE(eventually([&] { return k.agent_metric("known_server_count") == 1; }, 30s));
+  INFO(k.logs());
+  const std::string yaml =
+      "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n"
+      "  name: konnectivity-proxy-server-other\n  namespace: kube-system\n"
+      "  labels:\n    k8s-app: konnectivity-server\nspec:\n  holderIdentity: other\n"
+      "  leaseDurationSeconds: 3600\n  renewTime: \"" +
+      micro_time() + "\"\n";
+  write_file(k.dir.file("lease.yaml"), yaml);
+  auto made = k.kubectl({"create", "-f", k.dir.file("lease.yaml")});
+  auto created = std::chrono::steady_clock::now();
+  INFO(made.output);
+  REQUIRE(made.exit_code == 0);
+  REQUIRE(eventually([&] { return k.agent_metric("known_server_count") == 2; }, 15s));
+  auto took = std::chrono::steady_clock::now() - created;
+  INFO("seen after " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                     << " ms");
+  CHECK(took < 2s);
+  // Deleted: gone from the count as fast.
+  auto gone =
+      k.kubectl({"delete", "lease", "-n", "kube-system", "konnectivity-proxy-server-other"});
+  INFO(gone.output);
+  REQUIRE(gone.exit_code == 0);
+  auto deleted = std::chrono::steady_clock::now();
+  REQUIRE(eventually([&] { return k.agent_metric("known_server_count") == 1; }, 15s));
+  CHECK(std::chrono::steady_clock::now() - deleted < 2s);
+  // One list, then the watch: the apiserver answered both.
+  CHECK(k.agent_metric("lease_lists_total", {{"http_response_code", "200"}, {"reason", ""}}) == 1);
+  CHECK(k.agent_metric("lease_watches_total", {{"http_response_code", "200"}, {"reason", ""}}) ==
+        1);
+  CHECK(k.agent->running());
 }
