@@ -66,9 +66,10 @@ TEST_CASE(
   }
 }
 
-// reliability: proxy-agent | apiserver answers lease lists with 503 | keeps the last server count
-// reliability+: (4) | warn "cannot list server leases (...); keeping the last count 4" | streams to
-// reliability+: the 4 servers
+// reliability: proxy-agent | apiserver down: lease watch cut, lease lists answered 503 | keeps the
+// reliability+: last server count (4) | warn "lease watch broke (watch stream cut: ...)", then
+// reliability+: "cannot list server leases (...); keeping the last count 4" | streams to the 4
+// reliability+: servers; lists retried with a backoff up to --lease-poll-interval
 TEST_CASE(
     "ha: servers publish Leases, collect expired ones, and agents counting them find a "
     "fourth server",
@@ -191,6 +192,7 @@ TEST_CASE(
   api.lease_outage = true;
   int lists = api.lease_calls("list");
   REQUIRE(eventually([&] { return api.lease_calls("list") >= lists + 8; }, 20s));
+  CHECK(a1.process().wait_for_log("lease watch broke (watch stream cut", 10s));
   CHECK(a1.process().wait_for_log("cannot list server leases", 10s));
   INFO("agent a1:\n" << a1.process().log());
   CHECK(a1.process().running());
