@@ -41,8 +41,11 @@ void AgentApp::start() {
     settings.poll_interval =
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_poll_interval);
     std::weak_ptr<ServerSet> servers = servers_;
-    leases_ = std::make_unique<LeaseCounter>(core::kube::api_target_from(rest), std::move(settings),
-                                             metrics_, [servers](int64_t count) {
+    auto target = core::kube::api_target_from(rest);
+    // Upstream's agent has no --kubeconfig-qps: its client keeps client-go's default limit.
+    target.limiter = core::kube::make_rate_limiter(0, 0);
+    leases_ = std::make_unique<LeaseCounter>(std::move(target), std::move(settings), metrics_,
+                                             [servers](int64_t count) {
                                                if (auto s = servers.lock())
                                                  s->set_lease_count(count);
                                              });

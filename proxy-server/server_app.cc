@@ -62,6 +62,13 @@ std::string bind_spec(const std::string& address, int port) {
 // How often a draining server looks whether its tunnels are gone (they end on many threads).
 constexpr std::chrono::milliseconds kDrainPoll{50};
 
+// The client-side rate limit of the apiserver calls, for the start-up log.
+std::string api_limit_text(const ServerOptions& o) {
+  auto limiter = core::kube::make_rate_limiter(o.kubeconfig_qps, o.kubeconfig_burst);
+  if (!limiter) return "no client-side rate limit (--kubeconfig-qps < 0)";
+  return fmt::format("at most {:g} requests/s, burst {}", limiter->qps(), limiter->burst());
+}
+
 }  // namespace
 
 ServerApp::ServerApp(const ServerOptions& options)
@@ -116,24 +123,32 @@ void ServerApp::start_leases() {
   settings.labels = core::kube::parse_label_set(options_.lease_label, &ignored);
   settings.renew_interval =
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_renew_interval);
-  leases_ = std::make_unique<LeaseController>(core::kube::api_target_from(rest),
-                                              std::move(settings), metrics_);
-  KONN_LOG(log_, info, "lease controller: apiserver {} ({})", rest.server, rest.source);
+  auto target = core::kube::api_target_from(rest);
+  // A bucket of its own (upstream's client has one per API group unless --kubeconfig-qps is
+  // set): a storm of agent TokenReviews never delays the renewal of this server's lease.
+  target.limiter =
+      core::kube::make_rate_limiter(options_.kubeconfig_qps, options_.kubeconfig_burst);
+  leases_ = std::make_unique<LeaseController>(std::move(target), std::move(settings), metrics_);
+  KONN_LOG(log_, info, "lease controller: apiserver {} ({}), {}", rest.server, rest.source,
+           api_limit_text(options_));
   leases_->start();
 }
 
 void ServerApp::start_token_review() {
   auto rest = core::kube::load_daemon_rest_config(options_.kubeconfig);
+  auto target = core::kube::api_target_from(rest);
+  target.limiter =
+      core::kube::make_rate_limiter(options_.kubeconfig_qps, options_.kubeconfig_burst);
   reviewer_ = std::make_unique<TokenReviewer>(
-      core::kube::api_target_from(rest), options_.authentication_audience, options_.agent_namespace,
+      std::move(target), options_.authentication_audience, options_.agent_namespace,
       options_.agent_service_account, timers_.get_executor(),
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.authentication_timeout));
   router_->set_reviewer(reviewer_.get());
   KONN_LOG(log_, info,
            "agents authenticate with service-account tokens: TokenReview at {} ({}), audience {}, "
-           "account system:serviceaccount:{}:{}",
+           "account system:serviceaccount:{}:{}, {}",
            rest.server, rest.source, options_.authentication_audience, options_.agent_namespace,
-           options_.agent_service_account);
+           options_.agent_service_account, api_limit_text(options_));
 }
 
 void ServerApp::start_http_connect() {

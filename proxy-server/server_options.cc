@@ -10,6 +10,7 @@
 #include "core/config/uuid.h"
 #include "core/config/validation.h"
 #include "core/kube/lease.h"
+#include "core/kube/rate_limiter.h"
 #include "core/net/endpoint.h"
 #include "core/tls/cipher_suites.h"
 #include "core/tunnel/packet.h"
@@ -52,8 +53,14 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
         "identifiers with --verify-agent-identifiers=cert");
   p.add("authentication-timeout", &authentication_timeout,
         "Bound on one agent TokenReview; a slower apiserver rejects the agent");
-  p.add("kubeconfig-qps", &kubeconfig_qps, "Client QPS towards the apiserver");
-  p.add("kubeconfig-burst", &kubeconfig_burst, "Client burst towards the apiserver");
+  p.add("kubeconfig-qps", &kubeconfig_qps,
+        "Most requests per second to the apiserver, for TokenReviews and for Leases each (0: "
+        "client-go's 5; negative: no limit). A request waits for its turn; a TokenReview that "
+        "cannot start within --authentication-timeout rejects the agent without calling the "
+        "apiserver");
+  p.add("kubeconfig-burst", &kubeconfig_burst,
+        "Requests the apiserver client may send at once before --kubeconfig-qps applies (0: "
+        "client-go's 10; required when --kubeconfig-qps is positive)");
   p.add("kube-api-content-type", &kube_api_content_type, "Content type for apiserver calls");
   p.add("proxy-strategies", &proxy_strategies,
         "Ordered backend selection strategies: default, destHost, defaultRoute");
@@ -166,6 +173,9 @@ std::vector<std::string> ServerOptions::validate() const {
     errors.push_back(
         "--agent-namespace, --agent-service-account, --authentication-audience: set all three "
         "or none");
+  }
+  if (auto e = core::kube::rate_limit_flags_error(kubeconfig_qps, kubeconfig_burst)) {
+    errors.push_back(*e);
   }
   if (authentication_timeout.count() <= 0) {
     errors.push_back("--authentication-timeout: must be positive");

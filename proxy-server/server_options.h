@@ -43,7 +43,9 @@ struct ServerOptions {
   std::string agent_service_account;
   std::string authentication_audience;
   std::string kubeconfig;
-  int kubeconfig_qps = 0;
+  // Client-side rate limit on the apiserver calls (TokenReviews, Leases), client-go's meaning:
+  // 0 keeps its default (5/s, burst 10), a negative qps turns the limit off.
+  double kubeconfig_qps = 0;
   int kubeconfig_burst = 0;
   std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
   // konn: a TokenReview that takes longer rejects the agent.

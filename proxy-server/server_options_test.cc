@@ -254,3 +254,27 @@ TEST_CASE("agent-choice flag: least-loaded by default, random on request, nothin
   CHECK(mentions(errors, "--agent-choice: unknown choice \"fastest\" (want least-loaded, random)"));
   CHECK(errors.size() == 1);
 }
+
+TEST_CASE("the kubeconfig qps takes a decimal, and a positive qps needs a burst (client-go)",
+          "[server]") {
+  const std::vector<std::string> base{"--uds-name=/tmp/s.sock", "--server-port=0",
+                                      "--cluster-cert=c", "--cluster-key=k"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  ServerOptions decimal;
+  CHECK(parse(decimal, with({"--kubeconfig-qps=2.5", "--kubeconfig-burst=4"})).empty());
+  CHECK(decimal.kubeconfig_qps == 2.5);
+  CHECK(decimal.kubeconfig_burst == 4);
+  ServerOptions off;
+  CHECK(parse(off, with({"--kubeconfig-qps=-1"})).empty());
+  ServerOptions no_burst;
+  CHECK(mentions(parse(no_burst, with({"--kubeconfig-qps=20"})),
+                 "--kubeconfig-burst: must be set (greater than 0) when --kubeconfig-qps"));
+  ServerOptions negative;
+  CHECK(mentions(parse(negative, with({"--kubeconfig-burst=-3"})), "--kubeconfig-burst"));
+  ServerOptions junk;
+  CHECK(mentions(parse(junk, with({"--kubeconfig-qps=fast"})), "invalid number \"fast\""));
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <sstream>
@@ -36,6 +37,16 @@ std::string parse_int(const std::string& v, Int* out) {
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
   if (ec != std::errc() || ptr != v.data() + v.size() || v.empty()) {
     return "invalid integer \"" + v + "\"";
+  }
+  *out = value;
+  return {};
+}
+
+std::string parse_double(const std::string& v, double* out) {
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
+  if (ec != std::errc() || ptr != v.data() + v.size() || v.empty() || !std::isfinite(value)) {
+    return "invalid number \"" + v + "\"";
   }
   *out = value;
   return {};
@@ -149,6 +160,13 @@ void FlagParser::add(const std::string& name, int* target, const std::string& he
 void FlagParser::add(const std::string& name, int64_t* target, const std::string& help) {
   add_raw(name, help, "int", *target == 0 ? "" : std::to_string(*target),
           [target](const std::string& v) { return parse_int(v, target); });
+}
+
+void FlagParser::add(const std::string& name, double* target, const std::string& help) {
+  char shown[32] = "";
+  if (*target != 0) std::snprintf(shown, sizeof shown, "%g", *target);
+  add_raw(name, help, "float32", shown,
+          [target](const std::string& v) { return parse_double(v, target); });
 }
 
 void FlagParser::add(const std::string& name, bool* target, const std::string& help) {

@@ -46,6 +46,8 @@ class FlagParser {
   void add(const std::string& name, std::string* target, const std::string& help);
   void add(const std::string& name, int* target, const std::string& help);
   void add(const std::string& name, int64_t* target, const std::string& help);
+  // A decimal number ("2.5", "-1"), shown as pflag's "float32".
+  void add(const std::string& name, double* target, const std::string& help);
   void add(const std::string& name, bool* target, const std::string& help);
   void add(const std::string& name, Duration* target, const std::string& help);
   // Comma-separated and/or repeated.

@@ -2,9 +2,12 @@
 
 #include <asio.hpp>
 #include <asio/ssl.hpp>
+#include <fmt/format.h>
 
 #include "core/http/http1_parser.h"
 #include "core/kube/kubeconfig.h"
+#include "core/log/log_macros.h"
+#include "core/log/logger.h"
 #include "core/net/dialer.h"
 #include "core/net/endpoint.h"
 #include "core/tls/tls_context.h"
@@ -112,6 +115,29 @@ io::Awaitable<ApiResponse> api_request(asio::any_io_executor ex, const ApiTarget
                "\r\n";
   }
   request += "\r\n" + body;
+  if (target.limiter) {
+    auto wait = target.limiter->reserve(timeout);
+    if (!wait) {
+      ApiResponse out;
+      out.error = fmt::format(
+          "client-side rate limit ({:g} requests/s, burst {}): no token within {}ms, request not "
+          "sent",
+          target.limiter->qps(), target.limiter->burst(), timeout.count());
+      co_return out;
+    }
+    if (wait->count() > 0) {
+      if (*wait >= std::chrono::seconds(1)) {
+        KONN_LOG(log::get("kube"), info,
+                 "{} {}: waiting {}ms for client-side rate limit ({:g}/s, burst {})", method, path,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(*wait).count(),
+                 target.limiter->qps(), target.limiter->burst());
+      }
+      asio::steady_timer pause(ex, *wait);
+      co_await pause.async_wait(io::use_nothrow);
+      timeout -= std::chrono::duration_cast<std::chrono::milliseconds>(*wait);
+      if (timeout.count() <= 0) timeout = std::chrono::milliseconds(1);
+    }
+  }
   asio::steady_timer timer(ex, timeout);
   auto r = co_await (exchange(ex, target, std::move(request), timeout) ||
                      timer.async_wait(io::use_nothrow));

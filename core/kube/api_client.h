@@ -9,6 +9,7 @@
 #include <asio/ssl/context.hpp>
 
 #include "core/io/asio_compat.h"
+#include "core/kube/rate_limiter.h"
 
 namespace konn::core::kube {
 
@@ -23,6 +24,9 @@ struct ApiTarget {
   // The Authorization header value for each request ("Bearer ...", "Basic ...", "" for none);
   // asked anew every time so rotating token files and exec plugins stay current.
   std::function<std::string()> authorization;
+  // The client-side rate limit every request through this target waits for (shared by the
+  // copies of the target); nullptr: none.
+  std::shared_ptr<RateLimiter> limiter;
 };
 
 struct ApiResponse {
@@ -37,9 +41,11 @@ struct RestConfig;
 // file, exec plugin, basic auth). Throws std::runtime_error naming what cannot be used.
 ApiTarget api_target_from(const RestConfig& config);
 
-// One HTTPS request on a fresh connection, bounded in total by `timeout` (connect, TLS, request,
-// response). Bodies are JSON. Never throws; failures come back in `error`. Meant for rare control
-// calls (TokenReview, Leases), not for the data plane.
+// One HTTPS request on a fresh connection, bounded in total by `timeout` (the wait for a token of
+// `target.limiter`, connect, TLS, request, response). Bodies are JSON. Never throws; failures come
+// back in `error`. A request whose token would come later than `timeout` fails at once, without
+// reaching the apiserver. The wait for a token is a timer on `ex`: it delays only this request.
+// Meant for rare control calls (TokenReview, Leases), not for the data plane.
 io::Awaitable<ApiResponse> api_request(asio::any_io_executor ex, const ApiTarget& target,
                                        const std::string& method, const std::string& path,
                                        const std::string& body,

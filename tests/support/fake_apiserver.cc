@@ -344,6 +344,10 @@ void FakeApiserver::serve(asio::ip::tcp::socket socket) {
     }
   }
   if (is_review) ++reviews_;
+  if (is_review || is_lease) {
+    std::lock_guard lock(mu_);
+    (is_review ? review_times_ : lease_times_).push_back(std::chrono::steady_clock::now());
+  }
   if ((is_review || is_lease) && !authorized) {
     ++unauthorized_;
     answer = {401, status_body(401, "Unauthorized", "Unauthorized")};
@@ -373,6 +377,11 @@ void FakeApiserver::serve(asio::ip::tcp::socket socket) {
                     answer.second;
   asio::write(s, asio::buffer(rsp), ec);
   s.shutdown(ec);
+}
+
+std::vector<std::chrono::steady_clock::time_point> FakeApiserver::call_times(bool reviews) const {
+  std::lock_guard lock(mu_);
+  return reviews ? review_times_ : lease_times_;
 }
 
 std::pair<int, std::string> FakeApiserver::review(const Request& r) {

@@ -50,6 +50,8 @@ class FakeApiserver {
   void set_token(const std::string& token, TokenRule rule);
   uint16_t port() const { return port_; }
   int reviews() const { return reviews_.load(); }
+  // When each TokenReview (`reviews`) or each lease call (else) arrived, in arrival order.
+  std::vector<std::chrono::steady_clock::time_point> call_times(bool reviews) const;
   // Calls (reviews and lease calls) whose caller did not present `caller_token`.
   int unauthorized_callers() const { return unauthorized_.load(); }
   // Writes a kubeconfig for this server (CA file, bearer token) and returns its path.
@@ -114,6 +116,7 @@ class FakeApiserver {
   uint64_t watch_generation_ = 0;  // break_watches() moves it
   std::condition_variable changed_;
   std::atomic<int> open_watches_{0};
+  std::vector<std::chrono::steady_clock::time_point> review_times_, lease_times_;
   uint64_t next_version_ = 1;
   std::atomic<int> reviews_{0};
   std::atomic<int> unauthorized_{0};
