@@ -7,6 +7,7 @@
 #include "core/io/shutdown.h"
 #include "core/kube/kubeconfig.h"
 #include "core/log/log_macros.h"
+#include "core/profiling/pprof_routes.h"
 
 namespace konn::agent {
 namespace {
@@ -63,6 +64,10 @@ void AgentApp::start() {
     node_listener_->start();
   }
   start_listeners();
+  if (options_.enable_contention_profiling) {
+    KONN_LOG((&logger()), warn, "--enable-contention-profiling: {}",
+             core::profiling::kContentionExplanation);
+  }
 }
 
 void AgentApp::start_listeners() {
@@ -100,9 +105,11 @@ void AgentApp::start_listeners() {
     admin_ = std::make_unique<core::admin::AdminServer>(
         "admin", options_.admin_bind_address, static_cast<uint16_t>(options_.admin_server_port));
     admin_->route("/metrics", metrics);
+    core::profiling::add_pprof_routes(
+        *admin_, {options_.enable_profiling, options_.enable_contention_profiling});
     admin_->start();
-    KONN_LOG((&logger()), info, "admin listener on {}:{}", options_.admin_bind_address,
-             admin_->port());
+    KONN_LOG((&logger()), info, "admin listener on {}:{}{}", options_.admin_bind_address,
+             admin_->port(), options_.enable_profiling ? " (with /debug/pprof/)" : "");
   } catch (const std::exception& e) {
     KONN_LOG((&logger()), err, "admin listener not started: {}", e.what());
     admin_.reset();

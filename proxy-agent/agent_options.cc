@@ -177,8 +177,12 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("health-server-port", &health_server_port, "Port of the health listener (0: any)");
   p.add("admin-bind-address", &admin_bind_address, "Bind address of the admin /metrics listener");
   p.add("admin-server-port", &admin_server_port, "Port of the admin listener (0: any)");
-  p.add("enable-profiling", &enable_profiling, "Accepted for compatibility");
-  p.add("enable-contention-profiling", &enable_contention_profiling, "Accepted for compatibility");
+  p.add("enable-profiling", &enable_profiling,
+        "Serve a CPU profile, heap statistics and an index under /debug/pprof/ on the admin "
+        "port (konn's own formats, not Go's pprof: see the README)");
+  p.add("enable-contention-profiling", &enable_contention_profiling,
+        "Accepted with --enable-profiling; konn has no lock-contention profile: it warns at "
+        "start and /debug/pprof/block and /debug/pprof/mutex answer 501");
   // klog flags that upstream manifests pass.
   core::config::register_log_flags(p, &log_level, &log_file);
 }
@@ -280,6 +284,9 @@ std::vector<std::string> AgentOptions::validate() const {
   core::config::check_range(errors, "--admin-server-port", admin_server_port, 0, 65535);
   if (!valid_log_level(log_level)) {
     errors.push_back("--v: \"" + log_level + "\" is neither a klog level nor a level name");
+  }
+  if (enable_contention_profiling && !enable_profiling) {
+    errors.push_back("--enable-contention-profiling: needs --enable-profiling too (as upstream)");
   }
   return errors;
 }

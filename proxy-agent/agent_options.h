@@ -99,9 +99,10 @@ struct AgentOptions {
   Duration lease_poll_interval = std::chrono::seconds(10);
   std::string kubeconfig;  // for the Lease list; empty: in-cluster service account
 
-  // Accepted for compatibility; not acted on (JSON is always used; no profiling).
+  // Accepted for compatibility; not acted on (JSON is always used).
   bool warn_on_channel_limit = false;
   std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
+  // /debug/pprof/ on the admin port (core/profiling).
   bool enable_profiling = false;
   bool enable_contention_profiling = false;
 

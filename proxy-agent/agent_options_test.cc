@@ -242,3 +242,12 @@ TEST_CASE("node-to-control-plane listeners parse as ADDR:PORT[=HOST:PORT]", "[ag
   CHECK(mentions(bad.errors, "--max-node-to-control-plane-connections"));
   CHECK(bad.errors.size() == 3);
 }
+
+TEST_CASE("contention profiling needs --enable-profiling too, as upstream",
+          "[agent][options]") {
+  CHECK(mentions(parse({"--enable-contention-profiling"}).errors,
+                 "--enable-contention-profiling: needs --enable-profiling"));
+  auto both = parse({"--enable-profiling", "--enable-contention-profiling"});
+  CHECK(both.errors.empty());
+  CHECK(both.options.enable_profiling);
+}

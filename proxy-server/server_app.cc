@@ -14,6 +14,7 @@
 #include "core/kube/kubeconfig.h"
 #include "core/kube/lease.h"
 #include "core/log/log_macros.h"
+#include "core/profiling/pprof_routes.h"
 #include "core/tls/reloading_context.h"
 #include "proxy-server/auth/token_reviewer.h"
 #include "proxy-server/backend/backend.h"
@@ -332,7 +333,16 @@ void ServerApp::start_admin() {
   admin_ = std::make_unique<core::admin::AdminServer>("admin", options_.admin_bind_address,
                                                       options_.admin_port);
   admin_->route("/metrics", metrics);
+  core::profiling::add_pprof_routes(
+      *admin_, {options_.enable_profiling, options_.enable_contention_profiling});
   admin_->start();
+  if (options_.enable_profiling) {
+    KONN_LOG(log_, info, "profiling: /debug/pprof/ on the admin port {}", admin_->port());
+  }
+  if (options_.enable_contention_profiling) {
+    KONN_LOG(log_, warn, "--enable-contention-profiling: {}",
+             core::profiling::kContentionExplanation);
+  }
 }
 
 int ServerApp::run() {

@@ -127,8 +127,12 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("admin-bind-address", &admin_bind_address, "Admin HTTP bind address");
   p.add("health-port", &health_port, "Health HTTP port");
   p.add("health-bind-address", &health_bind_address, "Health HTTP bind address");
-  p.add("enable-profiling", &enable_profiling, "Accepted for compatibility");
-  p.add("enable-contention-profiling", &enable_contention_profiling, "Accepted for compatibility");
+  p.add("enable-profiling", &enable_profiling,
+        "Serve a CPU profile, heap statistics and an index under /debug/pprof/ on the admin "
+        "port (konn's own formats, not Go's pprof: see the README)");
+  p.add("enable-contention-profiling", &enable_contention_profiling,
+        "Accepted with --enable-profiling; konn has no lock-contention profile: it warns at "
+        "start and /debug/pprof/block and /debug/pprof/mutex answer 501");
   p.add_ignored("warn-on-channel-limit", "Deprecated upstream");
   // klog flags that upstream manifests pass.
   core::config::register_log_flags(p, &log_level, &log_file);
@@ -273,6 +277,9 @@ std::vector<std::string> ServerOptions::validate() const {
         "1.51; TLS 1.2 is the floor");
   }
   core::tls::openssl_cipher_list(cipher_suites, &errors);
+  if (enable_contention_profiling && !enable_profiling) {
+    errors.push_back("--enable-contention-profiling: needs --enable-profiling too (as upstream)");
+  }
   return errors;
 }
 

@@ -278,3 +278,21 @@ TEST_CASE("the kubeconfig qps takes a decimal, and a positive qps needs a burst 
   ServerOptions junk;
   CHECK(mentions(parse(junk, with({"--kubeconfig-qps=fast"})), "invalid number \"fast\""));
 }
+
+TEST_CASE("contention profiling needs --enable-profiling too, as upstream", "[server]") {
+  const std::vector<std::string> base{"--uds-name=/tmp/s.sock", "--server-port=0",
+                                      "--cluster-cert=c", "--cluster-key=k"};
+  auto with = [&](const std::string& extra) {
+    auto args = base;
+    args.push_back(extra);
+    return args;
+  };
+  ServerOptions alone;
+  CHECK(mentions(parse(alone, with("--enable-contention-profiling")),
+                 "--enable-contention-profiling: needs --enable-profiling"));
+  ServerOptions both;
+  auto args = with("--enable-profiling");
+  args.push_back("--enable-contention-profiling");
+  CHECK(parse(both, args).empty());
+  CHECK(both.enable_profiling);
+}

@@ -22,8 +22,10 @@ const char* reason_of(int status) {
     case 400: return "Bad Request";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return "Unknown";
   }
@@ -75,6 +77,10 @@ void AdminServer::route(const std::string& path, Handler handler) {
   routes_[path] = std::move(handler);
 }
 
+void AdminServer::route_async(const std::string& path, AsyncHandler handler) {
+  async_routes_[path] = std::move(handler);
+}
+
 void AdminServer::start() {
   acceptor_ = net::listen_tcp(ctx_, bind_address_, port_);
   port_ = acceptor_.local_endpoint().port();
@@ -104,16 +110,18 @@ void AdminServer::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-Response AdminServer::dispatch(const std::string& method, const std::string& target) {
+io::Awaitable<Response> AdminServer::dispatch(std::string method, std::string target) {
   if (method != "GET" && method != "HEAD") {
-    return Response{405, "text/plain; charset=utf-8", "method not allowed\n", {}};
+    co_return Response{405, "text/plain; charset=utf-8", "method not allowed\n", {}};
   }
   auto q = target.find('?');
   std::string path = target.substr(0, q);
   std::string query = q == std::string::npos ? "" : target.substr(q + 1);
-  auto it = routes_.find(path);
-  if (it == routes_.end()) return Response{404, "text/plain; charset=utf-8", "404 page not found\n", {}};
-  return it->second(query);
+  if (auto it = routes_.find(path); it != routes_.end()) co_return it->second(query);
+  if (auto it = async_routes_.find(path); it != async_routes_.end()) {
+    co_return co_await it->second(std::move(query));
+  }
+  co_return Response{404, "text/plain; charset=utf-8", "404 page not found\n", {}};
 }
 
 void AdminServer::accept() {
@@ -148,7 +156,7 @@ void AdminServer::accept() {
               complete = res.status == http::Http1Parser::Status::MessageComplete;
             }
             const auto& head = parser.head();
-            Response rsp = dispatch(head.method, head.target);
+            Response rsp = co_await dispatch(head.method, head.target);
             bool keep = head.keep_alive;
             auto [wec, w] = co_await asio::async_write(
                 s, asio::buffer(render(rsp, head.method == "HEAD", keep)), io::use_nothrow);

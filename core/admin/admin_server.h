@@ -12,6 +12,8 @@
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 
+#include "core/io/asio_compat.h"
+
 namespace konn::core::admin {
 
 struct Response {
@@ -39,6 +41,9 @@ Response readiness(const std::vector<Check>& checks, bool verbose);
 class AdminServer {
  public:
   using Handler = std::function<Response(const std::string& query)>;
+  // A handler that waits (a profile over N seconds): it runs as a coroutine on the admin thread,
+  // and must wait on that thread's timers, never block it, so other requests keep being answered.
+  using AsyncHandler = std::function<io::Awaitable<Response>(std::string query)>;
 
   AdminServer(std::string name, std::string bind_address, uint16_t port);
   ~AdminServer();
@@ -47,6 +52,7 @@ class AdminServer {
 
   // Routes by exact path (query string passed to the handler). Register before start().
   void route(const std::string& path, Handler handler);
+  void route_async(const std::string& path, AsyncHandler handler);
   // Binds and starts the thread. Throws std::system_error naming the address.
   void start();
   // As start(), for a listener on a port the user did not choose (`port_given` false): when that
@@ -59,12 +65,13 @@ class AdminServer {
  private:
   struct Session;
   void accept();
-  Response dispatch(const std::string& method, const std::string& target);
+  io::Awaitable<Response> dispatch(std::string method, std::string target);
 
   std::string name_;
   std::string bind_address_;
   uint16_t port_;
   std::map<std::string, Handler> routes_;
+  std::map<std::string, AsyncHandler> async_routes_;
   asio::io_context ctx_;
   asio::ip::tcp::acceptor acceptor_;
   std::thread thread_;
