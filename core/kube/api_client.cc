@@ -98,10 +98,35 @@ ApiTarget api_target_from(const RestConfig& config) {
   return t;
 }
 
+io::Awaitable<std::string> wait_for_rate_limit(asio::any_io_executor ex, const ApiTarget& target,
+                                               const std::string& what,
+                                               std::chrono::milliseconds& budget) {
+  if (!target.limiter) co_return std::string();
+  auto wait = target.limiter->reserve(budget);
+  if (!wait) {
+    co_return fmt::format(
+        "client-side rate limit ({:g} requests/s, burst {}): no token within {}ms, request not "
+        "sent",
+        target.limiter->qps(), target.limiter->burst(), budget.count());
+  }
+  if (wait->count() > 0) {
+    if (*wait >= std::chrono::seconds(1)) {
+      KONN_LOG(log::get("kube"), info,
+               "{}: waiting {}ms for client-side rate limit ({:g}/s, burst {})", what,
+               std::chrono::duration_cast<std::chrono::milliseconds>(*wait).count(),
+               target.limiter->qps(), target.limiter->burst());
+    }
+    asio::steady_timer pause(ex, *wait);
+    co_await pause.async_wait(io::use_nothrow);
+    budget -= std::chrono::duration_cast<std::chrono::milliseconds>(*wait);
+    if (budget.count() <= 0) budget = std::chrono::milliseconds(1);
+  }
+  co_return std::string();
+}
+
 io::Awaitable<ApiResponse> api_request(asio::any_io_executor ex, const ApiTarget& target,
                                        const std::string& method, const std::string& path,
-                                       const std::string& body,
-                                       std::chrono::milliseconds timeout) {
+                                       const std::string& body, std::chrono::milliseconds timeout) {
   std::string host = net::HostPort{target.host, target.port}.to_string();
   std::string request = method + " " + target.path_prefix + path + " HTTP/1.1\r\nHost: " + host +
                         "\r\nUser-Agent: konn\r\nAccept: application/json\r\n"
@@ -111,32 +136,15 @@ io::Awaitable<ApiResponse> api_request(asio::any_io_executor ex, const ApiTarget
     if (!auth.empty()) request += "Authorization: " + auth + "\r\n";
   }
   if (!body.empty() || method == "POST" || method == "PUT") {
-    request += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-               "\r\n";
+    request +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   }
   request += "\r\n" + body;
-  if (target.limiter) {
-    auto wait = target.limiter->reserve(timeout);
-    if (!wait) {
-      ApiResponse out;
-      out.error = fmt::format(
-          "client-side rate limit ({:g} requests/s, burst {}): no token within {}ms, request not "
-          "sent",
-          target.limiter->qps(), target.limiter->burst(), timeout.count());
-      co_return out;
-    }
-    if (wait->count() > 0) {
-      if (*wait >= std::chrono::seconds(1)) {
-        KONN_LOG(log::get("kube"), info,
-                 "{} {}: waiting {}ms for client-side rate limit ({:g}/s, burst {})", method, path,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(*wait).count(),
-                 target.limiter->qps(), target.limiter->burst());
-      }
-      asio::steady_timer pause(ex, *wait);
-      co_await pause.async_wait(io::use_nothrow);
-      timeout -= std::chrono::duration_cast<std::chrono::milliseconds>(*wait);
-      if (timeout.count() <= 0) timeout = std::chrono::milliseconds(1);
-    }
+  if (auto refused = co_await wait_for_rate_limit(ex, target, method + " " + path, timeout);
+      !refused.empty()) {
+    ApiResponse out;
+    out.error = std::move(refused);
+    co_return out;
   }
   asio::steady_timer timer(ex, timeout);
   auto r = co_await (exchange(ex, target, std::move(request), timeout) ||

@@ -41,6 +41,14 @@ struct RestConfig;
 // file, exec plugin, basic auth). Throws std::runtime_error naming what cannot be used.
 ApiTarget api_target_from(const RestConfig& config);
 
+// Waits for a token of `target.limiter` on a timer of `ex` (so it delays only this call), and
+// takes the wait off `budget`. Returns "" once the call may go, or the reason it must not: the
+// token would come later than `budget`. Without a limiter it returns "" at once. `what` names the
+// call in the log line of a long wait. api_request and api_watch both start with it.
+io::Awaitable<std::string> wait_for_rate_limit(asio::any_io_executor ex, const ApiTarget& target,
+                                               const std::string& what,
+                                               std::chrono::milliseconds& budget);
+
 // One HTTPS request on a fresh connection, bounded in total by `timeout` (the wait for a token of
 // `target.limiter`, connect, TLS, request, response). Bodies are JSON. Never throws; failures come
 // back in `error`. A request whose token would come later than `timeout` fails at once, without

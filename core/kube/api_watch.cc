@@ -88,6 +88,12 @@ io::Awaitable<WatchEnd> api_watch(asio::any_io_executor ex, const ApiTarget& tar
     return "no answer from " + host + " within " + std::to_string(connect_timeout.count()) + "ms";
   };
 
+  // A watch counts as one request against the client-side limit, as client-go's does.
+  if (auto refused = co_await wait_for_rate_limit(ex, target, "GET " + path, connect_timeout);
+      !refused.empty()) {
+    out.error = std::move(refused);
+    co_return out;
+  }
   auto deadline = std::chrono::steady_clock::now() + connect_timeout;
   auto dialed = co_await net::dial_tcp(ex, host, connect_timeout);
   if (dialed.ec) {
