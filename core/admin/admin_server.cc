@@ -20,6 +20,7 @@ const char* reason_of(int status) {
     case 200: return "OK";
     case 301: return "Moved Permanently";
     case 400: return "Bad Request";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 409: return "Conflict";
