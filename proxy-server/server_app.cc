@@ -8,6 +8,7 @@
 #include <asio/execution/context.hpp>
 #include <asio/query.hpp>
 
+#include "core/admin/status_page.h"
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/kube/api_client.h"
@@ -22,6 +23,7 @@
 #include "proxy-server/frontend/http_connect_frontend.h"
 #include "proxy-server/lease_controller.h"
 #include "proxy-server/node/node_service.h"
+#include "proxy-server/status/server_status.h"
 #include "proxy-server/tunnel/router.h"
 
 namespace konn::server {
@@ -164,8 +166,11 @@ void ServerApp::start_http_connect() {
     tls.key_file = options_.server_key;
     tls.client_ca_file = options_.server_ca_cert;
     tls.alpn = {"http/1.1"};
+    certificates_.add("frontend", "serving", options_.server_cert);
+    certificates_.add("frontend", "ca", options_.server_ca_cert);
     http_connect_->listen_tls(options_.server_bind_address, options_.server_port, tls,
-                              options_.cert_reload_interval, options_.openssl_ciphers());
+                              options_.cert_reload_interval, options_.openssl_ciphers(),
+                              [this] { certificates_.refresh(); });
     frontend_port_ = http_connect_->port();
     KONN_LOG(log_, info, "frontend (http-connect, mTLS) listening on {}",
              bind_spec(options_.server_bind_address, frontend_port_));
@@ -193,11 +198,14 @@ std::unique_ptr<core::tls::ReloadingServerContext> ServerApp::serve_tls(
   tls.key_file = key;
   tls.client_ca_file = client_ca;
   tls.alpn = {"h2"};
+  certificates_.add(what, "serving", cert);
+  certificates_.add(what, "ca", client_ca);
   auto files = std::make_unique<core::tls::ReloadingServerContext>(
       timers_.get_executor(), std::move(tls), options_.openssl_ciphers(),
       options_.cert_reload_interval, what,
-      [&listener](std::shared_ptr<asio::ssl::context> ctx) {
+      [this, &listener](std::shared_ptr<asio::ssl::context> ctx) {
         listener.set_tls_context(std::move(ctx));
+        certificates_.refresh();
       });
   listener.set_tls_context(files->current());
   return files;
@@ -335,6 +343,12 @@ void ServerApp::start_admin() {
   admin_->route("/metrics", metrics);
   core::profiling::add_pprof_routes(
       *admin_, {options_.enable_profiling, options_.enable_contention_profiling});
+  status_ = std::make_unique<ServerStatus>(*router_, options_, certificates_,
+                                           [this] { return draining_.load(); });
+  core::admin::route_status(*admin_, "proxy-server " + options_.server_id,
+                            options_.admin_bind_address, options_.status_page_off_loopback,
+                            "--status-page-off-loopback",
+                            [this](const std::string& query) { return status_->build(query); });
   admin_->start();
   if (options_.enable_profiling) {
     KONN_LOG(log_, info, "profiling: /debug/pprof/ on the admin port {}", admin_->port());

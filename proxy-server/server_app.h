@@ -10,6 +10,7 @@
 #include <spdlog/logger.h>
 
 #include "core/admin/admin_server.h"
+#include "core/admin/certificate_gauges.h"
 #include "core/io/worker_pool.h"
 #include "core/metrics/metrics.h"
 #include "core/h2/listener.h"
@@ -24,6 +25,7 @@ class HttpConnectServer;
 class TokenReviewer;
 class LeaseController;
 class NodeService;
+class ServerStatus;
 
 // Wires one proxy-server: the Router, the frontend listener (gRPC on core/h2 over a unix socket or
 // TCP+mTLS, or HTTP CONNECT), the agent listener (gRPC on core/h2, TLS, optionally mTLS), the
@@ -86,6 +88,9 @@ class ServerApp {
   std::shared_ptr<spdlog::logger> log_;
   core::metrics::Registry registry_;
   ServerMetrics metrics_{registry_};
+  // konn_certificate_expiry_timestamp_seconds: the listeners' certificates, read again on reload.
+  core::admin::CertificateGauges certificates_{registry_};
+  std::unique_ptr<ServerStatus> status_;
   std::unique_ptr<core::admin::AdminServer> health_;
   std::unique_ptr<core::admin::AdminServer> admin_;
   asio::io_context timers_;

@@ -124,7 +124,12 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("dial-request-timeout", &dial_request_timeout,
         "A gRPC frontend stream that sends no DIAL_REQ within this is finished");
   p.add("admin-port", &admin_port, "Admin HTTP port");
-  p.add("admin-bind-address", &admin_bind_address, "Admin HTTP bind address");
+  p.add("admin-bind-address", &admin_bind_address,
+        "Admin HTTP bind address (/metrics, and /status and /status.json: the agents, tunnels, "
+        "recent dial failures, limits and certificates)");
+  p.add("status-page-off-loopback", &status_page_off_loopback,
+        "Serve /status and /status.json also when --admin-bind-address is not a loopback "
+        "address (they show no tokens or keys); off, they answer 403 there");
   p.add("health-port", &health_port, "Health HTTP port");
   p.add("health-bind-address", &health_bind_address, "Health HTTP bind address");
   p.add("enable-profiling", &enable_profiling,

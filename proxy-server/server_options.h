@@ -125,6 +125,8 @@ struct ServerOptions {
   // Admin and health.
   int admin_port = 8095;
   std::string admin_bind_address = "127.0.0.1";
+  // konn: serve /status and /status.json when the admin port listens beyond loopback.
+  bool status_page_off_loopback = false;
   int health_port = 8092;
   std::string health_bind_address;
   bool enable_profiling = false;

@@ -29,6 +29,7 @@ void Backend::serve(asio::io_context& home, size_t home_index,
   b->backlog_low_ = b->backlog_high_ / 2;
   b->home_index_ = home_index;
   b->peer_ = peer.address;
+  b->connected_at_ = std::chrono::system_clock::now();
   b->metadata_ = call.metadata;
   if (peer.certificate) b->certificate_ = peer.certificate->names;
   b->attach(home, stream);
@@ -161,6 +162,19 @@ void Backend::admit() {
 
 void Backend::on_queued(const Packet& p) {
   router_.metrics().packet(ServerMetrics::ToAgent, p.type());
+  if (p.type() == DATA) {
+    bytes_to_agent_.fetch_add(p.data().data().size(), std::memory_order_relaxed);
+  }
+}
+
+std::string Backend::last_error() const {
+  std::lock_guard lock(last_error_mu_);
+  return last_error_;
+}
+
+void Backend::set_last_error(std::string error) {
+  std::lock_guard lock(last_error_mu_);
+  last_error_ = std::move(error);
 }
 
 void Backend::on_packet(Packet&& p) {
@@ -181,6 +195,7 @@ void Backend::on_packet(Packet&& p) {
       on_dial_response(std::move(p));
       return;
     case DATA: {
+      bytes_from_agent_.fetch_add(p.data().data().size(), std::memory_order_relaxed);
       int64_t id = p.data().connectid();
       if (auto f = connections_.find(id)) {
         f->deliver_data(std::move(p));
@@ -230,20 +245,22 @@ void Backend::on_dial_response(Packet&& p) {
   int64_t id = rsp.connectid();
   auto entry = router_.pending().take(random);
   if (!entry) {
-    router_.metrics().dial_failure("unrecognized_response");
+    router_.dial_failed("unrecognized_response", this, {});
     KONN_LOG(log_, debug, "[C{} D{} A{}] DIAL_RSP for no pending dial (the frontend gave up)", id,
              random, agent_id_);
     if (id != 0 && rsp.error().empty()) send(make_close_request(id));
     return;
   }
   auto f = entry->frontend.lock();
+  // Failures only: a successful dial does not pay for the copy.
+  auto destination = [&f] { return f ? f->status().destination : std::string(); };
   if (!rsp.error().empty()) {
-    router_.metrics().dial_failure("error_response");
+    router_.dial_failed("error_response", this, destination(), rsp.error());
     if (f) f->deliver_dial_response(std::move(p));
     return;
   }
   if (!f) {
-    router_.metrics().dial_failure("send_rsp");
+    router_.dial_failed("send_rsp", this, destination());
     send(make_close_request(id));
     return;
   }
@@ -252,7 +269,8 @@ void Backend::on_dial_response(Packet&& p) {
     // holds. Registering it would orphan that tunnel (its packets would go to this dial, and the
     // stream's end would no longer close it), so this dial is refused instead. No CLOSE_REQ goes
     // to the agent: for that id it would end the other tunnel.
-    router_.metrics().dial_failure("error_response");
+    router_.dial_failed("error_response", this, destination(),
+                        "connection id " + std::to_string(id) + " already in use");
     KONN_LOG(log_, warn,
              "[C{} D{} A{}] DIAL_RSP reuses connection id {}, which an open tunnel of this agent "
              "holds; dial refused",
@@ -267,7 +285,7 @@ void Backend::on_dial_response(Packet&& p) {
   // Register before delivering: the agent's first DATA for `id` is read only after this returns.
   connections_.add(id, f);
   if (!f->deliver_dial_response(std::move(p))) {
-    router_.metrics().dial_failure("send_rsp");
+    router_.dial_failed("send_rsp", this, destination());
     connections_.take(id);
     send(make_close_request(id));
   }
@@ -278,8 +296,10 @@ void Backend::on_read_end() {
     router_.remove_backend(this);
     size_t pending = 0;
     for (auto& weak : router_.pending().take_all(this)) {
-      router_.metrics().dial_failure("backend_close");
-      if (auto f = weak.lock()) {
+      auto f = weak.lock();
+      router_.dial_failed("backend_close", this, f ? f->status().destination : std::string(),
+                          "agent stream ended");
+      if (f) {
         f->backend_gone();
         ++pending;
       }

@@ -70,6 +70,17 @@ class Backend : public core::tunnel::H2ServerStream {
   bool node_to_control_plane() const { return node_table_ != nullptr; }
   const std::string& peer() const { return peer_; }
 
+  // For the status page; any thread. When the stream was served, the DATA bytes each way, the
+  // established tunnels, and the last dial error the agent answered (empty: none).
+  std::chrono::system_clock::time_point connected_at() const { return connected_at_; }
+  uint64_t bytes_from_agent() const { return bytes_from_agent_.load(std::memory_order_relaxed); }
+  uint64_t bytes_to_agent() const { return bytes_to_agent_.load(std::memory_order_relaxed); }
+  std::vector<std::pair<int64_t, std::shared_ptr<Frontend>>> tunnels() const {
+    return connections_.entries();
+  }
+  std::string last_error() const;
+  void set_last_error(std::string error);
+
   // A frontend gives up its tunnel: stop routing the agent's packets for it.
   void forget_connection(int64_t connect_id) { connections_.take(connect_id); }
   size_t connection_count() const { return connections_.size(); }
@@ -155,6 +166,11 @@ class Backend : public core::tunnel::H2ServerStream {
   std::mutex watched_mu_;
   std::unordered_map<const ClientBacklog*, std::weak_ptr<Frontend>> watched_;
   bool over_ = false;  // OnDone ran (home thread)
+  std::chrono::system_clock::time_point connected_at_;  // set in serve(), then fixed
+  std::atomic<uint64_t> bytes_from_agent_{0};
+  std::atomic<uint64_t> bytes_to_agent_{0};
+  mutable std::mutex last_error_mu_;
+  std::string last_error_;  // under last_error_mu_
 };
 
 }  // namespace konn::server

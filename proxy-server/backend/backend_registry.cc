@@ -98,4 +98,12 @@ size_t BackendRegistry::streams_of(const std::string& agent_id) const {
   return it == agents_.end() ? 0 : it->second.size();
 }
 
+std::vector<std::shared_ptr<Backend>> BackendRegistry::all() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Backend>> out;
+  out.reserve(agents_.size());
+  for (const auto& [id, streams] : agents_) out.insert(out.end(), streams.begin(), streams.end());
+  return out;
+}
+
 }  // namespace konn::server

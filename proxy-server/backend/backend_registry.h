@@ -45,6 +45,8 @@ class BackendRegistry {
   size_t usable_by(ProxyStrategy strategy) const;
   // How many streams share `agent_id` (for the duplicate-id warning).
   size_t streams_of(const std::string& agent_id) const;
+  // Every stream, unordered (the status page); the lock is held only to copy the pointers.
+  std::vector<std::shared_ptr<Backend>> all() const;
 
  private:
   std::vector<ProxyStrategy> strategies_;

@@ -78,6 +78,12 @@ std::shared_ptr<GrpcFrontend> GrpcFrontend::self_ptr() {
   return std::static_pointer_cast<GrpcFrontend>(shared_from_this());
 }
 
+TunnelStatus GrpcFrontend::status() const {
+  std::lock_guard lock(mu_);
+  return {"grpc", address_, started_, bytes_from_client_.load(), bytes_to_client_.load(),
+          half_counted_};
+}
+
 std::string GrpcFrontend::log_prefix() const {
   std::lock_guard lock(mu_);
   return "[C" + std::to_string(connect_id_) + " D" + std::to_string(random_) + " A" + agent_id_ +
@@ -140,7 +146,7 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
   std::string host = hp ? hp->host : req.address();
   auto backend = router_.backends().pick(host);
   if (!backend) {
-    router_.metrics().dial_failure("no_agent");
+    router_.dial_failed("no_agent", nullptr, req.address(), "No agent available");
     fail_dial(random, "No agent available");
     return;
   }
@@ -441,6 +447,7 @@ void GrpcFrontend::on_close_request(const Packet& p) {
 void GrpcFrontend::on_dial_close(const Packet& p) {
   std::shared_ptr<Backend> backend;
   int64_t random = 0;
+  std::string address;
   {
     std::lock_guard lock(mu_);
     if (state_ != State::Dialing || p.closedial().random() != random_) return;
@@ -449,10 +456,11 @@ void GrpcFrontend::on_dial_close(const Packet& p) {
     cancel_timer();
     backend = backend_;
     random = random_;
+    address = address_;
   }
   // Unlike upstream, the agent hears about it and can abandon the dial.
   if (router_.pending().take(random)) {
-    router_.metrics().dial_failure("frontend_close");
+    router_.dial_failed("frontend_close", backend.get(), address, "dial cancelled by frontend");
     backend->send(make_close_dial(random));
   }
   close(grpc::Status::OK);
@@ -503,11 +511,13 @@ void GrpcFrontend::on_read_end() {
   std::shared_ptr<Backend> backend;
   int64_t random = 0;
   int64_t id = 0;
+  std::string address;
   {
     std::lock_guard lock(mu_);
     prev = state_;
     backend = backend_;
     random = random_;
+    address = address_;
     id = connect_id_;
     if (state_ == State::Established) {
       // Ask the agent to close and forward its CLOSE_RSP if the client still listens.
@@ -521,7 +531,7 @@ void GrpcFrontend::on_read_end() {
   switch (prev) {
     case State::Dialing:
       if (router_.pending().take(random)) {
-        router_.metrics().dial_failure("frontend_close");
+        router_.dial_failed("frontend_close", backend.get(), address, "frontend stream ended");
         backend->send(make_close_dial(random));
       }
       close(grpc::Status::OK);
@@ -556,14 +566,16 @@ void GrpcFrontend::cancel_timer() {
 void GrpcFrontend::on_dial_timeout() {
   int64_t random = 0;
   std::shared_ptr<Backend> backend;
+  std::string address;
   {
     std::lock_guard lock(mu_);
     if (state_ != State::Dialing) return;
     random = random_;
     backend = backend_;
+    address = address_;
   }
   if (!router_.pending().take(random)) return;  // the answer won the race
-  router_.metrics().dial_failure("backend_dial_timeout");
+  router_.dial_failed("backend_dial_timeout", backend.get(), address, "Backend dial timeout");
   backend->send(make_close_dial(random));
   fail_dial(random, "Backend dial timeout");
 }

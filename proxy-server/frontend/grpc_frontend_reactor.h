@@ -61,6 +61,7 @@ class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
   void deliver_close_write(Packet&& p) override;
   void backend_gone() override;
   void close_stalled(std::chrono::steady_clock::duration bound) override;
+  TunnelStatus status() const override;
   std::string log_prefix() const override;
 
  private:

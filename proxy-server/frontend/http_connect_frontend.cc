@@ -202,6 +202,11 @@ class ConnectSession : public Frontend,
           fmt::format("client took nothing for {} ms (--stalled-client-timeout)", ms), true);
     });
   }
+  TunnelStatus status() const override {
+    // address_ was written before the dial was recorded; the tunnel is listed only after that.
+    return {"http-connect", address_, started_, bytes_from_client_.load(), bytes_to_client_.load(),
+            half_counted_.load()};
+  }
   std::string log_prefix() const override {
     return "[C" + std::to_string(connect_id_.load()) + " D" + std::to_string(random_) + " A" +
            agent_id_ + "] ";
@@ -380,7 +385,7 @@ class ConnectSession : public Frontend,
     random_ = random_dial_id();
     backend_ = router_.backends().pick(host);
     if (!backend_) {
-      router_.metrics().dial_failure("no_agent");
+      router_.dial_failed("no_agent", nullptr, address_, "No agent available");
       co_await reply_and_close(500, "currently no tunnels available: No agent available");
       co_return;
     }
@@ -420,7 +425,8 @@ class ConnectSession : public Frontend,
       auto [ec] = co_await wake_.async_wait(use_nothrow);
       if (!ec && !dial_answered_ && dialing_.exchange(false)) {  // the timer expired
         router_.pending().take(random_);
-        router_.metrics().dial_failure("backend_dial_timeout");
+        router_.dial_failed("backend_dial_timeout", backend_.get(), address_,
+                            "Backend dial timeout: no answer from agent " + agent_id_);
         backend_->send(make_close_dial(random_));
         co_await reply_and_close(504, "Backend dial timeout: no answer from agent " + agent_id_);
         co_return;
@@ -720,7 +726,7 @@ class ConnectSession : public Frontend,
     }
     KONN_CONN_LOG(log_, debug, *this,
                   "http-connect tunnel closed: {} address={} from_client={}B to_client={}B",
-                  close_reason_, address_, bytes_from_client_, bytes_to_client_.load());
+                  close_reason_, address_, bytes_from_client_.load(), bytes_to_client_.load());
   }
 
   // The socket's descriptor state (WorkerPool::place). First, so it is returned last.
@@ -768,14 +774,15 @@ class ConnectSession : public Frontend,
   bool client_done_ = false;   // half-close: the client's EOF was sent to the agent
   bool agent_done_ = false;    // half-close: the destination finished sending
   bool write_shut_ = false;    // half-close: the client socket's write side is shut down
-  bool half_counted_ = false;  // counted in half_closed_tunnels (until finish_socket)
+  std::atomic<bool> half_counted_{false};  // counted in half_closed_tunnels (until finish_socket)
   bool closed_ = false;
   bool flush_then_close_ = false;
   bool has_slot_ = false;  // took a --max-frontend-streams slot in start()
   bool socket_done_ = false;
   std::string close_reason_;
-  uint64_t bytes_from_client_ = 0;
-  std::atomic<uint64_t> bytes_to_client_{0};  // also counted by direct writes
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::atomic<uint64_t> bytes_from_client_{0};  // atomics: the status page reads them
+  std::atomic<uint64_t> bytes_to_client_{0};    // also counted by direct writes
 };
 
 // Out of descriptors, most likely: the acceptor tries again a little later.
@@ -811,13 +818,16 @@ void HttpConnectServer::listen_unix(const std::string& path, bool delete_existin
 
 void HttpConnectServer::listen_tls(const std::string& address, int port,
                                    core::tls::ServerTlsConfig tls, std::chrono::nanoseconds reload,
-                                   std::string ciphers) {
+                                   std::string ciphers, std::function<void()> on_reload) {
   // Checks and replacements run on accept_ctx_; the acceptor's worker reads the current one.
   tls_files_ = std::make_unique<core::tls::ReloadingServerContext>(
       accept_ctx_.get_executor(), std::move(tls), std::move(ciphers), reload, "frontend",
-      [this](std::shared_ptr<asio::ssl::context> ctx) {
-        std::lock_guard lock(tls_mu_);
-        tls_ = std::move(ctx);
+      [this, on_reload = std::move(on_reload)](std::shared_ptr<asio::ssl::context> ctx) {
+        {
+          std::lock_guard lock(tls_mu_);
+          tls_ = std::move(ctx);
+        }
+        if (on_reload) on_reload();
       });
   {
     std::lock_guard lock(tls_mu_);

@@ -47,7 +47,8 @@ class HttpConnectServer {
   // new connections use a context built from the new files; open tunnels are untouched.
   // `ciphers` (an OpenSSL list, "" for the default) restricts TLS 1.2 suites.
   void listen_tls(const std::string& address, int port, core::tls::ServerTlsConfig tls,
-                  std::chrono::nanoseconds reload, std::string ciphers);
+                  std::chrono::nanoseconds reload, std::string ciphers,
+                  std::function<void()> on_reload = {});
   int port() const { return port_; }
   // The placement `place` returns may have changed (an agent connected, say): an accept already
   // waiting is placed again (PlacedAcceptor::reconsider). Any thread.

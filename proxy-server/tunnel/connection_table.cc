@@ -42,6 +42,11 @@ std::vector<std::shared_ptr<Frontend>> ConnectionTable::snapshot() const {
   return out;
 }
 
+std::vector<std::pair<int64_t, std::shared_ptr<Frontend>>> ConnectionTable::entries() const {
+  std::lock_guard lock(mu_);
+  return {conns_.begin(), conns_.end()};
+}
+
 size_t ConnectionTable::size() const { return size_.load(std::memory_order_relaxed); }
 
 }  // namespace konn::server

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace konn::server {
@@ -20,6 +21,8 @@ class ConnectionTable {
   std::shared_ptr<Frontend> take(int64_t connect_id);
   std::vector<std::shared_ptr<Frontend>> take_all();
   std::vector<std::shared_ptr<Frontend>> snapshot() const;
+  // The tunnels with their connectIDs (the status page).
+  std::vector<std::pair<int64_t, std::shared_ptr<Frontend>>> entries() const;
   // Lock-free (a relaxed read of a count kept under the lock): read per dial by the agent
   // choice (BackendRegistry) for every candidate.
   size_t size() const;

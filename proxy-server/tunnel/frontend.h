@@ -15,6 +15,16 @@ inline constexpr int64_t kToAgentLow = kToAgentHigh / 2;
 // A tunnel whose CLOSE_REQ the agent does not answer is dropped after this long.
 inline constexpr std::chrono::seconds kCloseWait(10);
 
+// What the status page shows of one established tunnel (Frontend::status).
+struct TunnelStatus {
+  const char* kind = "";     // "grpc" or "http-connect"
+  std::string destination;   // the DIAL_REQ's address
+  std::chrono::steady_clock::time_point started;  // the frontend stream or connection began
+  uint64_t bytes_from_client = 0;
+  uint64_t bytes_to_client = 0;
+  bool half_closed = false;  // one side finished sending
+};
+
 // One tunnel as the backend (agent stream) sees it: the kube-apiserver side of a dial. The gRPC
 // frontend implements it today; the HTTP CONNECT frontend will too. Every method is called on a
 // gRPC thread of the backend's read loop, must not block, and must cope with the frontend having
@@ -43,6 +53,10 @@ class Frontend {
   // nothing for `bound` while the agent's stream waited for it: RESOURCE_EXHAUSTED to a gRPC
   // client, a closed socket to a CONNECT client.
   virtual void close_stalled(std::chrono::steady_clock::duration bound) = 0;
+
+  // For the status page (the admin thread): reads atomics, or takes the frontend's own lock
+  // briefly; never waits for the data path. Any thread.
+  virtual TunnelStatus status() const = 0;
 
   // "[C<connectID> D<dialID> A<agentID>] " for log lines.
   virtual std::string log_prefix() const = 0;

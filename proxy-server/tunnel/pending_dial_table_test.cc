@@ -17,6 +17,7 @@ struct NullFrontend : Frontend {
   void deliver_close_write(Packet&&) override {}
   void backend_gone() override {}
   void close_stalled(std::chrono::steady_clock::duration) override {}
+  TunnelStatus status() const override { return {}; }
   std::string log_prefix() const override { return ""; }
 };
 

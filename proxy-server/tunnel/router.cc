@@ -94,11 +94,23 @@ bool Router::acquire_frontend(const std::string& peer) {
 
 void Router::release_frontend() { frontends_.fetch_sub(1); }
 
+void Router::dial_failed(const std::string& reason, Backend* backend,
+                         const std::string& destination, const std::string& error) {
+  metrics_.dial_failure(reason);
+  std::string agent = backend != nullptr ? backend->agent_id() : std::string();
+  if (backend != nullptr && !error.empty()) backend->set_last_error(error);
+  dial_failures_.record({std::chrono::system_clock::now(), reason, std::move(agent), destination,
+                         error});
+}
+
 std::optional<Router::DialRefusal> Router::add_pending(int64_t random,
                                                        std::weak_ptr<Frontend> frontend,
                                                        const Backend& backend) {
   auto refuse = [&](const char* limit, std::string error, int status) {
     if (limit != nullptr) metrics_.limit_hit(limit);
+    dial_failures_.record({std::chrono::system_clock::now(),
+                           std::string("limit:") + (limit != nullptr ? limit : "duplicate_dial_id"),
+                           backend.agent_id(), {}, error});
     if (uint64_t held = 0; dial_refusal_log_limit(limit).allow(&held)) {
       KONN_LOG(limits_log(), warn, "[D{} A{}] dial refused: {}{}", random, backend.agent_id(),
                error, held_back_note(held));

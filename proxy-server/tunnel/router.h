@@ -13,6 +13,7 @@
 #include "proxy-server/backend/backend_registry.h"
 #include "proxy-server/server_metrics.h"
 #include "proxy-server/server_options.h"
+#include "proxy-server/status/dial_failure_log.h"
 #include "proxy-server/tunnel/pending_dial_table.h"
 
 namespace konn::server {
@@ -54,6 +55,15 @@ class Router {
   // caller then refuses it. A taken slot is given back once, with release_frontend().
   bool acquire_frontend(const std::string& peer);
   void release_frontend();
+  // Slots taken (the status page's limits).
+  int64_t frontends_in_use() const { return frontends_.load(); }
+
+  // A dial failed: counted in dial_failure_count{reason} and kept in the recent failures with
+  // the agent that had it (nullptr: none chosen), the destination and the answer, which also
+  // becomes the agent's last error. Any thread.
+  void dial_failed(const std::string& reason, Backend* backend, const std::string& destination,
+                   const std::string& error = {});
+  const DialFailureLog& dial_failures() const { return dial_failures_; }
 
   // Why a dial was refused before reaching its agent.
   struct DialRefusal {
@@ -78,6 +88,7 @@ class Router {
   TokenReviewer* reviewer_ = nullptr;
   NodeService* node_ = nullptr;
   std::atomic<int64_t> frontends_{0};  // slots taken (--max-frontend-streams)
+  DialFailureLog dial_failures_;
   void update_ready_gauges();
   void backends_changed();
 };

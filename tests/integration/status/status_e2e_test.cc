@@ -1,0 +1,258 @@
+// /status.json and /status of a running proxy-server with three agents (issue 40): the JSON's
+// shape, its counts against /metrics in the same state, the certificate expiry gauge, and the
+// page as headless Chromium renders it (its DOM after the page's script ran, and a screenshot).
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/tls/certificate_expiry.h"
+#include "tests/integration/ha/ha_fleet.h"
+#include "tests/integration/ha/ha_test_util.h"
+#include "tests/integration/tunnel/e2e_macros.h"
+#include "tests/support/echo_server.h"
+#include "tests/support/loopback.h"
+
+using namespace konn::e2e;
+using konn::testclient::Tunnel;
+using konn::testsupport::eventually;
+using nlohmann::json;
+
+namespace {
+
+// A server on a fixed admin port (loopback) with three agents, two tunnels open through them,
+// and one dial the agent refused (a closed port).
+struct StatusFleet {
+  const konn::testsupport::TestCerts& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-status"};
+  konn::testsupport::EchoServer echo;
+  uint16_t admin_port = konn::testsupport::free_tcp_port();
+  FleetServer server{
+      certs,
+      "s1",
+      {"--admin-port=" + std::to_string(admin_port), "--admin-bind-address=127.0.0.1"}};
+  std::vector<std::unique_ptr<FleetAgent>> agents;
+  std::shared_ptr<grpc::Channel> channel;
+  std::vector<std::unique_ptr<Tunnel>> tunnels;
+  std::string refused;  // the destination of the failed dial
+
+  StatusFleet() {
+    server.start();
+    for (const char* id : {"agent-a", "agent-b", "agent-c"}) {
+      agents.push_back(std::make_unique<FleetAgent>(dir, certs, id, server.agent_port(),
+                                                    std::vector<std::string>{}));
+    }
+    REQUIRE(eventually([&] { return server.ready_agents() == 3; }, 20s));
+    channel = server.channel();
+    tunnels.push_back(echo_tunnel(channel, echo.address(), std::string(5000, 'x')));
+    tunnels.push_back(echo_tunnel(channel, echo.address(), "ping"));
+    refused = "127.0.0.1:" + std::to_string(konn::testsupport::free_tcp_port());
+    REQUIRE_FALSE(Tunnel::dial(channel, refused, 10s).tunnel);
+  }
+
+  json status(const std::string& query = "") const {
+    auto r = http_get_local(admin_port, "/status.json" + query);
+    REQUIRE(r.status == 200);
+    return json::parse(r.body);
+  }
+};
+
+// Where a test keeps what a person may want to look at afterwards (the screenshot).
+std::string output_dir() {
+  const char* env = std::getenv("KONN_TEST_OUTPUT_DIR");
+  std::filesystem::path dir = env != nullptr && *env != '\0' ? env : "test-output";
+  dir /= "status";
+  std::filesystem::create_directories(dir);
+  return std::filesystem::absolute(dir).string();
+}
+
+// Debian's chromium; the test fails, naming the package, when it is not there.
+std::string chromium() {
+  for (const char* p : {"/usr/bin/chromium", "/usr/bin/chromium-browser"}) {
+    if (std::filesystem::exists(p)) return p;
+  }
+  return {};
+}
+
+konn::testsupport::RunResult run_chromium(const std::vector<std::string>& extra,
+                                          const std::string& profile) {
+  konn::testsupport::ProcessOptions o;
+  o.binary = chromium();
+  o.args = {"--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--user-data-dir=" + profile,
+            "--virtual-time-budget=3000"};
+  o.args.insert(o.args.end(), extra.begin(), extra.end());
+  return konn::testsupport::run_process(o, 60s);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "status: /status.json lists agents, tunnels, failures, limits and certificates, and its "
+    "counts agree with /metrics",
+    "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  StatusFleet f;
+  auto s = f.status();
+  INFO(s.dump(1));
+
+  // Shape: every section, with the types a reader (the page, a script) relies on.
+  for (const char* key : {"generated_at", "summary", "agents", "tunnels", "dial_failures", "limits",
+                          "certificates", "flags"}) {
+    CHECK(s.contains(key));
+  }
+  CHECK(s["summary"]["daemon"] == "proxy-server");
+  CHECK(s["summary"]["server_id"] == "s1");
+  CHECK(s["summary"]["version"].is_string());
+  CHECK(s["summary"]["ready"] == true);
+  CHECK(s["agents"]["total"] == 3);
+  REQUIRE(s["agents"]["items"].size() == 3);
+  std::vector<std::string> ids;
+  uint64_t open = 0;
+  for (const auto& a : s["agents"]["items"]) {
+    ids.push_back(a["id"]);
+    for (const char* key :
+         {"identifiers", "peer", "connected_since", "flow_control", "last_error"}) {
+      CHECK(a[key].is_string());
+    }
+    for (const char* key :
+         {"open_tunnels", "pending_dials", "bytes_from_agent", "bytes_to_agent"}) {
+      CHECK(a[key].is_number_unsigned());
+    }
+    CHECK(a["draining"] == false);
+    CHECK(a["flow_control"] == "konn-credit");
+    CHECK(a["peer"].get<std::string>().rfind("127.0.0.1:", 0) == 0);
+    open += a["open_tunnels"].get<uint64_t>();
+  }
+  CHECK(ids == std::vector<std::string>{"agent-a", "agent-b", "agent-c"});
+  CHECK(open == 2);
+  CHECK(s["tunnels"]["total"] == 2);
+  REQUIRE(s["tunnels"]["busiest"].size() == 2);
+  const auto& busiest = s["tunnels"]["busiest"][0];
+  CHECK(busiest["bytes_from_client"] == 5000);
+  CHECK(busiest["bytes_to_client"] == 5000);
+  CHECK(busiest["destination"] == f.echo.address());
+  CHECK(busiest["frontend"] == "grpc");
+  CHECK(busiest["state"] == "established");
+  CHECK(s["tunnels"]["longest_lived"].size() == 2);
+  CHECK(s["tunnels"]["longest_lived"][0]["bytes_from_client"] == 5000);  // dialled first
+
+  // The refused dial: its reason, agent and destination; the agent's last error.
+  REQUIRE(s["dial_failures"]["recent"].size() >= 1);
+  const auto& failure = s["dial_failures"]["recent"][0];
+  CHECK(failure["reason"] == "error_response");
+  CHECK(failure["destination"] == f.refused);
+  std::string failed_agent = failure["agent"];
+  CHECK(failed_agent.rfind("agent-", 0) == 0);
+  for (const auto& a : s["agents"]["items"]) {
+    if (a["id"] == failed_agent) CHECK_FALSE(a["last_error"].get<std::string>().empty());
+  }
+
+  // Limits: each with its flag and how close it is.
+  std::set<std::string> flags;
+  for (const auto& l : s["limits"]) {
+    flags.insert(l["flag"].get<std::string>());
+    CHECK(l["ratio"].is_number());
+  }
+  CHECK(flags == std::set<std::string>{"--max-frontend-streams", "--max-pending-dials",
+                                       "--max-pending-dials-per-agent", "--max-tunnels-per-agent"});
+
+  // The same state through /metrics.
+  auto m = f.server.metrics();
+  REQUIRE(m.errors.empty());
+  CHECK(m.value(kServer + "established_connections") == s["summary"]["established_tunnels"]);
+  CHECK(m.value(kServer + "pending_backend_dials") == s["summary"]["pending_dials"]);
+  CHECK(m.value(kServer + "ready_backend_connections") == s["summary"]["agents"]);
+  CHECK(m.value(kServer + "grpc_connections", {{"service_method", "Connect"}}) ==
+        s["summary"]["agent_streams"]);
+  CHECK(m.value(kServer + "grpc_connections", {{"service_method", "Proxy"}}) ==
+        s["summary"]["frontend_streams"]);
+  double failures = 0;
+  for (const auto& sample : m.families.at(kServer + "dial_failure_count").samples) {
+    failures += sample.value;
+  }
+  CHECK(failures == s["dial_failures"]["total"]);
+  CHECK(m.value(kServer + "dial_failure_count", {{"reason", "error_response"}}) == 1);
+
+  // Certificates: the agent listener's, with the expiry /metrics has.
+  bool serving = false;
+  for (const auto& c : s["certificates"]) {
+    if (c["listener"] != "agent" || c["kind"] != "serving") continue;
+    serving = true;
+    auto want = konn::core::tls::read_certificate_expiry(f.certs.server_crt);
+    REQUIRE(want);
+    auto epoch = std::chrono::system_clock::to_time_t(want->not_after);
+    CHECK(m.value("konn_certificate_expiry_timestamp_seconds",
+                  {{"listener", "agent"}, {"kind", "serving"}}) == static_cast<double>(epoch));
+    CHECK(c["expires_in_seconds"].get<double>() > 0);
+    CHECK(c["error"] == "");
+  }
+  CHECK(serving);
+  CHECK(
+      m.value("konn_certificate_expiry_timestamp_seconds", {{"listener", "agent"}, {"kind", "ca"}})
+          .has_value());
+
+  // Pages: one agent per page, the second page holds the second agent.
+  auto page = f.status("?agents_offset=1&agents_limit=1");
+  CHECK(page["agents"]["total"] == 3);
+  REQUIRE(page["agents"]["items"].size() == 1);
+  CHECK(page["agents"]["items"][0]["id"] == "agent-b");
+
+  // No secret material: no PEM block, no key, no Authorization header.
+  auto body = http_get_local(f.admin_port, "/status.json").body;
+  CHECK(body.find("BEGIN") == std::string::npos);
+  CHECK(body.find("PRIVATE") == std::string::npos);
+  CHECK(body.find("uthorization") == std::string::npos);
+  // The health port serves no status page.
+  CHECK(http_get_local(f.server.health_port(), "/status.json").status == 404);
+}
+
+TEST_CASE("status: headless Chromium renders the page: agents, tunnels and a dial failure",
+          "[e2e][status][chromium]") {
+  KONN_REQUIRE_DAEMONS();
+  std::string browser = chromium();
+  INFO("Debian's chromium is not installed: scripts/setup.sh installs it");
+  REQUIRE_FALSE(browser.empty());
+  StatusFleet f;
+  std::string url = "http://127.0.0.1:" + std::to_string(f.admin_port) + "/status";
+  konn::testsupport::TempDir profile{"konn-chromium"};
+  std::string out = output_dir();
+  std::string dom_file = out + "/status.dom.html";
+
+  konn::testsupport::ProcessOptions o;
+  auto dump = run_chromium({"--dump-dom", url}, profile.path());
+  INFO("chromium: " << dump.output.substr(0, 4000));
+  REQUIRE(dump.exit_code == 0);
+  std::ofstream(dom_file) << dump.output;
+  const std::string& dom = dump.output;
+  // The script ran: the sections exist only once it rendered the inline JSON.
+  CHECK(dom.find("<section id=\"agents\">") != std::string::npos);
+  for (const char* id : {"agent-a", "agent-b", "agent-c"}) {
+    CHECK(dom.find("<tr data-key=\"" + std::string(id) + "\">") != std::string::npos);
+  }
+  CHECK(dom.find("<tr data-key=\"established_tunnels\"><th>established_tunnels</th><td>2</td>") !=
+        std::string::npos);
+  CHECK(dom.find("<section id=\"dial_failures\">") != std::string::npos);
+  CHECK(dom.find(">error_response</td>") != std::string::npos);
+  CHECK(dom.find(">" + f.refused + "</td>") != std::string::npos);
+  CHECK(dom.find("as of 20") != std::string::npos);
+
+  std::string png = out + "/status.png";
+  std::filesystem::remove(png);
+  auto shot = run_chromium({"--screenshot=" + png, "--window-size=1400,1800", url}, profile.path());
+  INFO("chromium: " << shot.output.substr(0, 4000));
+  CHECK(shot.exit_code == 0);
+  REQUIRE(std::filesystem::exists(png));
+  CHECK(std::filesystem::file_size(png) > 10000);
+  WARN("status page screenshot: " << png << " (DOM: " << dom_file << ")");
+}
