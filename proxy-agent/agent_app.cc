@@ -2,6 +2,7 @@
 
 #include <asio/steady_timer.hpp>
 
+#include "core/admin/status_page.h"
 #include "core/config/duration.h"
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
@@ -71,7 +72,11 @@ void AgentApp::start() {
 }
 
 void AgentApp::start_listeners() {
+  certificates_.add("server", "client", options_.agent_cert);
+  certificates_.add("server", "ca", options_.ca_cert);
+  status_ = std::make_unique<AgentStatus>(options_, *servers_, stats_, certificates_);
   auto metrics = [this](const std::string&) {
+    certificates_.refresh();
     return core::admin::Response{
         200, "text/plain; version=0.0.4; charset=utf-8", metrics_.serialize(), {}};
   };
@@ -107,6 +112,12 @@ void AgentApp::start_listeners() {
     admin_->route("/metrics", metrics);
     core::profiling::add_pprof_routes(
         *admin_, {options_.enable_profiling, options_.enable_contention_profiling});
+    core::admin::route_status(*admin_, "proxy-agent " + options_.agent_id,
+                              options_.admin_bind_address, options_.status_page_off_loopback,
+                              "--status-page-off-loopback", [this](const std::string& query) {
+                                certificates_.refresh();
+                                return status_->build(query);
+                              });
     admin_->start();
     KONN_LOG((&logger()), info, "admin listener on {}:{}{}", options_.admin_bind_address,
              admin_->port(), options_.enable_profiling ? " (with /debug/pprof/)" : "");

@@ -10,8 +10,10 @@
 #include <asio/io_context.hpp>
 
 #include "core/admin/admin_server.h"
+#include "core/admin/certificate_gauges.h"
 #include "core/io/worker_pool.h"
 #include "proxy-agent/agent_metrics.h"
+#include "proxy-agent/agent_status.h"
 #include "proxy-agent/agent_options.h"
 #include "proxy-agent/agent_stats.h"
 #include "proxy-agent/lease_counter.h"
@@ -79,6 +81,10 @@ class AgentApp {
   std::shared_ptr<ServerSet> servers_;
   AgentMetrics metrics_{stats_,
                         options_.node_to_control_plane_listen.empty() ? nullptr : node_stats_};
+  // konn_certificate_expiry_timestamp_seconds of --agent-cert and --ca-cert, read again at each
+  // scrape (the agent reads the files again at each connection attempt).
+  core::admin::CertificateGauges certificates_{metrics_.registry()};
+  std::unique_ptr<AgentStatus> status_;
   std::shared_ptr<NodeListener> node_listener_;  // with --node-to-control-plane-listen
   std::unique_ptr<core::admin::AdminServer> health_;
   std::unique_ptr<core::admin::AdminServer> admin_;

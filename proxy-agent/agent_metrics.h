@@ -32,6 +32,8 @@ class AgentMetrics {
 
   // Prometheus text exposition of every agent metric and the process_* basics.
   std::string serialize();
+  // For families registered elsewhere (konn_certificate_expiry_timestamp_seconds).
+  core::metrics::Registry& registry() { return registry_; }
   // One answered lease list (lease_lists_total, lease_list_latency_seconds); any thread.
   void lease_list(int http_status, const std::string& reason, double seconds);
   // One answered lease watch call (lease_watches_total); any thread.

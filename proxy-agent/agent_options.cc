@@ -175,7 +175,12 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("health-server-host", &health_server_host,
         "Bind address of /healthz, /readyz and /metrics (empty: all interfaces)");
   p.add("health-server-port", &health_server_port, "Port of the health listener (0: any)");
-  p.add("admin-bind-address", &admin_bind_address, "Bind address of the admin /metrics listener");
+  p.add("admin-bind-address", &admin_bind_address,
+        "Bind address of the admin listener (/metrics, and /status and /status.json: the "
+        "servers, tunnels, refused dials and certificates)");
+  p.add("status-page-off-loopback", &status_page_off_loopback,
+        "Serve /status and /status.json also when --admin-bind-address is not a loopback "
+        "address (they show no tokens or keys); off, they answer 403 there");
   p.add("admin-server-port", &admin_server_port, "Port of the admin listener (0: any)");
   p.add("enable-profiling", &enable_profiling,
         "Serve a CPU profile, heap statistics and an index under /debug/pprof/ on the admin "

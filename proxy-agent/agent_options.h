@@ -87,6 +87,8 @@ struct AgentOptions {
   int health_server_port = 8093;
   std::string admin_bind_address = "127.0.0.1";
   int admin_server_port = 8094;
+  // konn: serve /status and /status.json when the admin port listens beyond loopback.
+  bool status_page_off_loopback = false;
 
   // Server count from the proxy-servers' Leases (listed, then watched, as upstream's informer;
   // lease_poll_interval, a konn flag, bounds the gap between lists while no watch runs).

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -76,6 +77,26 @@ struct AgentStats {
     dial_duration_nanos.fetch_add(static_cast<uint64_t>(d.count()), std::memory_order_relaxed);
   }
 
+  // The last dials this agent refused or could not make, for the status page: a bounded ring
+  // (the oldest goes first), rare enough for a lock.
+  struct Refusal {
+    std::chrono::system_clock::time_point at;
+    std::string reason;  // "protocol", "destination", "endpoint_connections", "dial_failed", ...
+    std::string destination;
+    std::string error;  // what the server was answered
+  };
+  static constexpr size_t kRefusalsKept = 32;
+  void refused(std::string reason, std::string destination, std::string error) {
+    std::lock_guard lock(errors_mu_);
+    if (refusals_.size() == kRefusalsKept) refusals_.pop_front();
+    refusals_.push_back({std::chrono::system_clock::now(), std::move(reason),
+                         std::move(destination), std::move(error)});
+  }
+  std::deque<Refusal> refusals_snapshot() const {
+    std::lock_guard lock(errors_mu_);
+    return refusals_;
+  }
+
   // stream_errors_total{segment, code, packet_type}: rare, so a locked map.
   void stream_error(const std::string& segment, const std::string& code,
                     const std::string& packet_type) {
@@ -91,6 +112,7 @@ struct AgentStats {
  private:
   mutable std::mutex errors_mu_;
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> stream_errors_;
+  std::deque<Refusal> refusals_;  // under errors_mu_
 };
 
 }  // namespace konn::agent

@@ -422,6 +422,7 @@ void EndpointConnection::dialled(std::error_code ec, const std::string& error_te
   if (ec == konn::Errc::DestinationNotAllowed) {
     stats_->dials_refused[AgentStats::RefusedDestination].fetch_add(1, std::memory_order_relaxed);
     std::string error = error_text + " by the agent's --allowed-destinations";
+    stats_->refused("destination", {}, error);
     KONN_CONN_LOG((&logger()), warn, *this, "dial refused: {}", error);
     send_packet(tunnel::make_dial_response(dial_id_, 0, error));
     close_reason_ = "dial refused: destination not allowed";
@@ -434,6 +435,8 @@ void EndpointConnection::dialled(std::error_code ec, const std::string& error_te
     } else {
       stats_->dial_failures.fetch_add(1, std::memory_order_relaxed);
     }
+    stats_->refused(ec == konn::Errc::DialTimeout ? "dial_timeout" : "dial_failed", {},
+                    error_text);
     send_packet(tunnel::make_dial_response(dial_id_, 0, error_text));
     close_reason_ = "dial failed: " + error_text;
     finish_close();

@@ -120,6 +120,54 @@ size_t ServerSet::endpoint_connections() const {
   return n;
 }
 
+void ServerSet::note_locked(const std::string& key, const std::string& target,
+                            const std::string& server_id, const std::string& what, bool error) {
+  auto now = std::chrono::system_clock::now();
+  if (events_.size() == kEventsKept) events_.pop_front();
+  events_.push_back({now, target, server_id, what});
+  if (error) last_errors_[key] = {target, server_id, what, now};
+}
+
+ServerSet::Status ServerSet::status() const {
+  Status out;
+  std::vector<std::shared_ptr<ServerStreamReactor>> streams;
+  {
+    std::lock_guard lock(mu_);
+    out.draining = draining_;
+    out.server_count = target_count_locked();
+    out.recent.assign(events_.begin(), events_.end());
+    for (const auto& [id, stream] : streams_) {
+      ServerRow row;
+      row.server_id = id;
+      row.target = stream->target();
+      row.connected = true;
+      if (auto it = since_.find(id); it != since_.end()) row.since = it->second;
+      if (auto it = last_errors_.find(id); it != last_errors_.end()) {
+        row.last_error = it->second.error;
+        row.last_error_at = it->second.at;
+      }
+      out.servers.push_back(std::move(row));
+      streams.push_back(stream);
+    }
+    for (const auto& [key, e] : last_errors_) {
+      if (streams_.count(key) != 0) continue;
+      ServerRow row;
+      row.server_id = e.server_id;
+      row.target = e.target;
+      row.last_error = e.error;
+      row.last_error_at = e.at;
+      out.servers.push_back(std::move(row));
+    }
+  }
+  // Outside the lock: the reactors' tables have their own.
+  for (size_t i = 0; i < streams.size(); ++i) {
+    out.servers[i].tunnels = streams[i]->connection_count();
+    out.servers[i].node_tunnels = streams[i]->node_connection_count();
+    out.servers[i].flow_control = streams[i]->flow_control();
+  }
+  return out;
+}
+
 int64_t ServerSet::server_count() const {
   std::lock_guard lock(mu_);
   return target_count_locked();
@@ -335,6 +383,11 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
       break;
     case Outcome::Failed:
       stats_->server_connect_failures.fetch_add(1, std::memory_order_relaxed);
+      {
+        std::lock_guard lock(mu_);
+        note_locked(reactor->target(), reactor->target(), {},
+                    "connection attempt failed: " + attempt->why, true);
+      }
       if (proxy) {
         // The connector classifies every failure through a proxy; one past the connection (the
         // server's answer) is Other.
@@ -369,6 +422,8 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
       why = "already connected to server " + h.server_id;
     } else {
       streams_[h.server_id] = s;
+      since_[h.server_id] = std::chrono::system_clock::now();
+      note_locked(h.server_id, s->target(), h.server_id, "connected", false);
       // Only a new distinct server updates the count (as upstream does since #774).
       server_count_ = std::max<int64_t>(1, h.server_count);
       // An attempt under way when the drain began: the stream is kept, as upstream keeps it,
@@ -457,7 +512,9 @@ void ServerSet::on_end(std::shared_ptr<ServerStreamReactor> s, bool handshake_fa
     std::lock_guard lock(mu_);
     if (auto it = streams_.find(id); it != streams_.end() && it->second == s) {
       streams_.erase(it);
+      since_.erase(id);
       removed = true;
+      note_locked(id, target, id, "stream ended: " + why, true);
     }
   }
   if (removed) {

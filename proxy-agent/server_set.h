@@ -1,7 +1,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -75,6 +77,34 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   // Servers connected now that confirmed node to control plane.
   size_t node_ready_servers() const;
 
+  // The status page's view (any thread; mu_ is held only to copy): every server connected now or
+  // seen before (by server id), and failed connection attempts (by target, server id empty).
+  struct ServerRow {
+    std::string server_id;
+    std::string target;
+    bool connected = false;
+    std::chrono::system_clock::time_point since;  // connected: since when
+    size_t tunnels = 0;
+    size_t node_tunnels = 0;
+    bool flow_control = false;
+    std::string last_error;
+    std::chrono::system_clock::time_point last_error_at;
+  };
+  struct Event {
+    std::chrono::system_clock::time_point at;
+    std::string target;
+    std::string server_id;
+    std::string what;
+  };
+  struct Status {
+    std::vector<ServerRow> servers;
+    std::vector<Event> recent;  // newest last, at most kEventsKept
+    bool draining = false;
+    int64_t server_count = 1;
+  };
+  static constexpr size_t kEventsKept = 32;
+  Status status() const;
+
  private:
   enum class Outcome { Connected, Duplicate, Failed };
   struct Attempt;
@@ -86,6 +116,9 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   // failure (logged).
   bool prepare_attempt(StreamConfig* config);
   bool want_more() const;
+  // Records a connection event and, when `error` is set, the last error of `key`; mu_ held.
+  void note_locked(const std::string& key, const std::string& target, const std::string& server_id,
+                   const std::string& what, bool error);
   // The wanted server count (server_count()); mu_ held.
   int64_t target_count_locked() const;
   // Called from the reactor's reactions (a stream's home worker).
@@ -114,6 +147,17 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   std::optional<int64_t> lease_count_;  // last lease count, once one was listed
   bool draining_ = false;
   bool stopping_ = false;
+  // For status(): since when each server id is connected, the last error of each server id or
+  // target, and the last events.
+  std::map<std::string, std::chrono::system_clock::time_point> since_;
+  struct LastError {
+    std::string target;
+    std::string server_id;
+    std::string error;
+    std::chrono::system_clock::time_point at;
+  };
+  std::map<std::string, LastError> last_errors_;
+  std::deque<Event> events_;
   // Servers that did not confirm node to control plane, each logged once.
   std::set<std::string> node_refused_;
   mutable std::atomic<size_t> node_turn_{0};         // pick_node_stream's tie-break

@@ -564,9 +564,10 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
     stats_->dials_refused[AgentStats::RefusedProtocol].fetch_add(1, std::memory_order_relaxed);
     KONN_LOG((&stream_logger()), warn, "{}[D{}] dial refused: protocol \"{}\" to {} (only tcp is dialled)",
              log_prefix(), random, req.protocol(), address);
-    send(tunnel::make_dial_response(
-        random, 0,
-        "dial " + req.protocol() + " " + address + ": unknown network " + req.protocol()));
+    std::string error =
+        "dial " + req.protocol() + " " + address + ": unknown network " + req.protocol();
+    stats_->refused("protocol", address, error);
+    send(tunnel::make_dial_response(random, 0, error));
     return;
   }
   int64_t limit = config_.max_endpoint_connections;
@@ -577,10 +578,11 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
              "{}[D{}] dial to {} refused: {} endpoint connections open "
              "(--max-endpoint-connections)",
              log_prefix(), random, address, limit);
-    send(tunnel::make_dial_response(random, 0,
-                                    "dial tcp " + address +
-                                        ": konn agent: too many endpoint connections (limit " +
-                                        std::to_string(limit) + ", --max-endpoint-connections)"));
+    std::string error = "dial tcp " + address +
+                        ": konn agent: too many endpoint connections (limit " +
+                        std::to_string(limit) + ", --max-endpoint-connections)";
+    stats_->refused("endpoint_connections", address, error);
+    send(tunnel::make_dial_response(random, 0, error));
     return;
   }
   EndpointSettings settings = config_.endpoint;

@@ -33,6 +33,7 @@ struct StatusFleet {
   konn::testsupport::TempDir dir{"konn-status"};
   konn::testsupport::EchoServer echo;
   uint16_t admin_port = konn::testsupport::free_tcp_port();
+  uint16_t agent_admin_port = konn::testsupport::free_tcp_port();  // agent-a's
   FleetServer server{
       certs,
       "s1",
@@ -45,8 +46,9 @@ struct StatusFleet {
   StatusFleet() {
     server.start();
     for (const char* id : {"agent-a", "agent-b", "agent-c"}) {
-      agents.push_back(std::make_unique<FleetAgent>(dir, certs, id, server.agent_port(),
-                                                    std::vector<std::string>{}));
+      std::vector<std::string> args;
+      if (agents.empty()) args = {"--admin-server-port=" + std::to_string(agent_admin_port)};
+      agents.push_back(std::make_unique<FleetAgent>(dir, certs, id, server.agent_port(), args));
     }
     REQUIRE(eventually([&] { return server.ready_agents() == 3; }, 20s));
     channel = server.channel();
@@ -56,8 +58,8 @@ struct StatusFleet {
     REQUIRE_FALSE(Tunnel::dial(channel, refused, 10s).tunnel);
   }
 
-  json status(const std::string& query = "") const {
-    auto r = http_get_local(admin_port, "/status.json" + query);
+  json status(const std::string& query = "", uint16_t port = 0) const {
+    auto r = http_get_local(port != 0 ? port : admin_port, "/status.json" + query);
     REQUIRE(r.status == 200);
     return json::parse(r.body);
   }
@@ -215,6 +217,69 @@ TEST_CASE(
   CHECK(body.find("uthorization") == std::string::npos);
   // The health port serves no status page.
   CHECK(http_get_local(f.server.health_port(), "/status.json").status == 404);
+}
+
+TEST_CASE("status: the agent's /status.json lists its server, tunnels, refusals and certificates",
+          "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  StatusFleet f;
+  // Which agent took the refused dial is the server's choice: ask it.
+  std::string failed_agent = f.status()["dial_failures"]["recent"][0]["agent"];
+  auto s = f.status("", f.agent_admin_port);
+  INFO(s.dump(1));
+  CHECK(s["summary"]["daemon"] == "proxy-agent");
+  CHECK(s["summary"]["agent_id"] == "agent-a");
+  CHECK(s["summary"]["servers_connected"] == 1);
+  REQUIRE(s["servers"].size() == 1);
+  const auto& server = s["servers"][0];
+  CHECK(server["server_id"] == "s1");
+  CHECK(server["connected"] == true);
+  CHECK(server["draining"] == false);
+  CHECK(server["flow_control"] == "konn-credit");
+  CHECK(server["since"].get<std::string>().size() == 20);
+  CHECK(server["target"] == "127.0.0.1:" + std::to_string(f.server.agent_port()));
+  auto a = f.agents[0]->metrics();
+  CHECK(a.value("konnectivity_network_proxy_agent_open_endpoint_connections") ==
+        s["tunnels"]["endpoint_connections"]);
+  CHECK(server["tunnels"] == s["tunnels"]["open"]);
+  if (failed_agent == "agent-a") {
+    REQUIRE(s["refusals"]["recent"].size() == 1);
+    CHECK(s["refusals"]["recent"][0]["reason"] == "dial_failed");
+    CHECK(s["refusals"]["recent"][0]["error"].get<std::string>().find(f.refused) !=
+          std::string::npos);
+    CHECK(s["refusals"]["counts"]["dial_failed"] == 1);
+  } else {
+    CHECK(s["refusals"]["recent"].empty());
+  }
+  bool client = false;
+  for (const auto& c : s["certificates"]) {
+    if (c["listener"] == "server" && c["kind"] == "client") {
+      client = true;
+      CHECK(c["error"] == "");
+      auto want = konn::core::tls::read_certificate_expiry(f.certs.agent_crt);
+      REQUIRE(want);
+      CHECK(a.value("konn_certificate_expiry_timestamp_seconds",
+                    {{"listener", "server"}, {"kind", "client"}}) ==
+            static_cast<double>(std::chrono::system_clock::to_time_t(want->not_after)));
+    }
+  }
+  CHECK(client);
+  auto body = http_get_local(f.agent_admin_port, "/status.json").body;
+  CHECK(body.find("BEGIN") == std::string::npos);
+
+  // The server goes: the agent shows it lost, with why.
+  f.server.kill();
+  REQUIRE(eventually(
+      [&] {
+        auto now = f.status("", f.agent_admin_port);
+        return now["summary"]["servers_connected"] == 0 && now["servers"].size() >= 1 &&
+               now["servers"][0]["connected"] == false;
+      },
+      20s));
+  auto lost = f.status("", f.agent_admin_port);
+  INFO(lost.dump(1));
+  CHECK_FALSE(lost["servers"][0]["last_error"].get<std::string>().empty());
+  CHECK(lost["server_events"].size() >= 2);
 }
 
 TEST_CASE("status: headless Chromium renders the page: agents, tunnels and a dial failure",
