@@ -9,6 +9,7 @@
 #include <asio/ssl.hpp>
 
 #include "core/admin/admin_server.h"
+#include "core/admin/certificate_gauges.h"
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/io/worker_pool.h"
@@ -29,6 +30,8 @@ struct KubeproxyApp::Impl {
   core::io::WorkerPool pool;
   asio::io_context main_ctx;
   KubeproxyMetrics metrics;
+  // konn_certificate_expiry_timestamp_seconds of the certificate files, read at each scrape.
+  core::admin::CertificateGauges certificates{metrics.registry()};
   std::unique_ptr<core::konnectivity::Dialer> konnectivity;
   std::unique_ptr<Forwarder> forwarder;
   std::unique_ptr<ConnectProxy> connect;
@@ -123,7 +126,14 @@ struct KubeproxyApp::Impl {
     const int port = options.effective_health_port();
     if (port < 0) return;
     auto ok = [](const std::string&) { return core::admin::Response{200, "text/plain", "ok", {}}; };
+    certificates.add("listener", "serving", options.tls_cert_file);
+    certificates.add("listener", "ca", options.client_ca_file);
+    certificates.add("apiserver", "client", options.kube.client_certificate);
+    certificates.add("apiserver", "ca", options.kube.certificate_authority);
+    certificates.add("konnectivity", "client", options.konnectivity.client_cert);
+    certificates.add("konnectivity", "ca", options.konnectivity.ca_cert);
     auto scrape = [this](const std::string&) {
+      certificates.refresh();
       return core::admin::Response{
           200, "text/plain; version=0.0.4; charset=utf-8", metrics.registry().serialize(), {}};
     };

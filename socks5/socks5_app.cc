@@ -92,7 +92,10 @@ Socks5App::~Socks5App() {
 void Socks5App::start_health() {
   if (options_.health_port < 0) return;
   auto ok = [](const std::string&) { return core::admin::Response{200, "text/plain", "ok", {}}; };
+  certificates_.add("konnectivity", "client", options_.konnectivity.client_cert);
+  certificates_.add("konnectivity", "ca", options_.konnectivity.ca_cert);
   auto metrics = [this](const std::string&) {
+    certificates_.refresh();
     return core::admin::Response{
         200, "text/plain; version=0.0.4; charset=utf-8", metrics_.registry().serialize(), {}};
   };

@@ -9,6 +9,7 @@
 #include <asio/thread_pool.hpp>
 
 #include "core/admin/admin_server.h"
+#include "core/admin/certificate_gauges.h"
 #include "core/io/worker_pool.h"
 #include "core/konnectivity/dialer.h"
 #include "core/net/resolver.h"
@@ -54,6 +55,8 @@ class Socks5App {
 
   const Socks5Options& options_;
   Socks5Metrics metrics_;
+  // konn_certificate_expiry_timestamp_seconds of the --konnectivity-* files, read at each scrape.
+  core::admin::CertificateGauges certificates_{metrics_.registry()};
   std::unique_ptr<core::konnectivity::Dialer> konnectivity_;  // --konnectivity-address set
   std::unique_ptr<core::admin::AdminServer> health_;
   std::atomic<bool> accepting_{false};

@@ -321,3 +321,48 @@ TEST_CASE("status: headless Chromium renders the page: agents, tunnels and a dia
   CHECK(std::filesystem::file_size(png) > 10000);
   WARN("status page screenshot: " << png << " (DOM: " << dom_file << ")");
 }
+
+TEST_CASE("status: socks5 and kubeproxy-http export the expiry of their certificates",
+          "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  auto expiry = [](const std::string& path) {
+    auto e = konn::core::tls::read_certificate_expiry(path);
+    REQUIRE(e);
+    return static_cast<double>(std::chrono::system_clock::to_time_t(e->not_after));
+  };
+  auto start = [](std::vector<std::string> args, const std::string& binary, uint16_t health) {
+    konn::testsupport::ProcessOptions o;
+    o.binary = binary;
+    o.args = std::move(args);
+    auto p = std::make_unique<konn::testsupport::Process>(std::move(o));
+    INFO(binary << " log:\n" << p->log());
+    REQUIRE(p->wait_for_tcp_port(health, 20s));
+    return p;
+  };
+
+  // socks5 towards a proxy-server over mTLS (none listens: the files are what counts here).
+  uint16_t socks_health = konn::testsupport::free_tcp_port();
+  auto socks = start(
+      {"--port=0", "--bind-address=127.0.0.1", "--health-bind-address=127.0.0.1",
+       "--health-port=" + std::to_string(socks_health), "--konnectivity-address=127.0.0.1:1",
+       "--konnectivity-ca-cert=" + certs.ca_crt, "--konnectivity-client-cert=" + certs.client_crt,
+       "--konnectivity-client-key=" + certs.client_key},
+      "socks5", socks_health);
+  auto m = parse_prometheus_text(http_get_local(socks_health, "/metrics").body);
+  CHECK(m.value("konn_certificate_expiry_timestamp_seconds",
+                {{"listener", "konnectivity"}, {"kind", "client"}}) == expiry(certs.client_crt));
+  CHECK(m.value("konn_certificate_expiry_timestamp_seconds",
+                {{"listener", "konnectivity"}, {"kind", "ca"}}) == expiry(certs.ca_crt));
+
+  // kubeproxy-http's CONNECT mode behind TLS.
+  uint16_t kp_health = konn::testsupport::free_tcp_port();
+  auto kp =
+      start({"--mode=connect", "--port=0", "--health-bind-address=127.0.0.1",
+             "--health-port=" + std::to_string(kp_health), "--tls-cert-file=" + certs.server_crt,
+             "--tls-private-key-file=" + certs.server_key},
+            "kubeproxy-http", kp_health);
+  m = parse_prometheus_text(http_get_local(kp_health, "/metrics").body);
+  CHECK(m.value("konn_certificate_expiry_timestamp_seconds",
+                {{"listener", "listener"}, {"kind", "serving"}}) == expiry(certs.server_crt));
+}
