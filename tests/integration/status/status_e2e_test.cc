@@ -366,3 +366,63 @@ TEST_CASE("status: socks5 and kubeproxy-http export the expiry of their certific
   CHECK(m.value("konn_certificate_expiry_timestamp_seconds",
                 {{"listener", "listener"}, {"kind", "serving"}}) == expiry(certs.server_crt));
 }
+
+TEST_CASE("status: the server's certificate expiry gauge follows a reload of its files",
+          "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-certexp"};
+  namespace fs = std::filesystem;
+  fs::path root(dir.path());
+  // A second key pair valid for 3 days: its notAfter differs from the test certificates'.
+  konn::testsupport::ProcessOptions gen;
+  gen.binary = "openssl";
+  gen.search_path = true;
+  gen.args = {"req",
+              "-x509",
+              "-newkey",
+              "ec",
+              "-pkeyopt",
+              "ec_paramgen_curve:P-256",
+              "-nodes",
+              "-keyout",
+              (root / "short.key").string(),
+              "-out",
+              (root / "short.crt").string(),
+              "-days",
+              "3",
+              "-subj",
+              "/CN=localhost",
+              "-addext",
+              "subjectAltName=IP:127.0.0.1"};
+  auto made = konn::testsupport::run_process(gen, 30s);
+  INFO(made.output);
+  REQUIRE(made.exit_code == 0);
+  fs::create_directories(root / "live");
+  fs::copy_file(certs.server_crt, root / "live/server.crt");
+  fs::copy_file(certs.server_key, root / "live/server.key");
+
+  FleetServer server{
+      certs,
+      "s1",
+      {"--cluster-cert=" + (root / "live/server.crt").string(),
+       "--cluster-key=" + (root / "live/server.key").string(), "--cert-reload-interval=1s"}};
+  server.start();
+  auto gauge = [&] {
+    return server.metric("konn_certificate_expiry_timestamp_seconds",
+                         {{"listener", "agent"}, {"kind", "serving"}});
+  };
+  auto expiry = [](const fs::path& path) {
+    auto e = konn::core::tls::read_certificate_expiry(path.string());
+    REQUIRE(e);
+    return static_cast<double>(std::chrono::system_clock::to_time_t(e->not_after));
+  };
+  CHECK(gauge() == expiry(certs.server_crt));
+  // Replaced as Kubernetes does with a Secret: each file renamed into place.
+  for (const char* name : {"key", "crt"}) {
+    fs::copy_file(root / ("short." + std::string(name)), root / "live/tmp");
+    fs::rename(root / "live/tmp", root / ("live/server." + std::string(name)));
+  }
+  double want = expiry(root / "short.crt");
+  CHECK(eventually([&] { return gauge() == want; }, 20s));
+}
