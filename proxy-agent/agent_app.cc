@@ -75,7 +75,15 @@ void AgentApp::start_listeners() {
   certificates_.add("server", "client", options_.agent_cert);
   certificates_.add("server", "ca", options_.ca_cert);
   status_ = std::make_unique<AgentStatus>(options_, *servers_, stats_, certificates_);
-  auto metrics = [this](const std::string&) {
+  // konn_ready: 1 when /readyz passes (a server is connected); what manifests/monitoring's
+  // readiness alert compares with.
+  auto& ready_gauge = prometheus::BuildGauge()
+                          .Name("konn_ready")
+                          .Help("konn: 1 when /readyz passes (a server is connected), else 0")
+                          .Register(metrics_.registry().prometheus())
+                          .Add({});
+  auto metrics = [this, &ready_gauge](const std::string&) {
+    ready_gauge.Set(servers_->connected() > 0 ? 1 : 0);
     certificates_.refresh();
     return core::admin::Response{
         200, "text/plain; version=0.0.4; charset=utf-8", metrics_.serialize(), {}};

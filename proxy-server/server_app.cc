@@ -311,7 +311,25 @@ void ServerApp::start_agent_listener() {
 }
 
 void ServerApp::start_admin() {
-  auto metrics = [this](const std::string&) {
+  // konn_ready (1: /readyz passes) and konn_server_limit{limit} (the configured limits, 0 for
+  // none): what the alert rules of manifests/monitoring compare with.
+  auto& ready_gauge = prometheus::BuildGauge()
+                          .Name("konn_ready")
+                          .Help("konn: 1 when /readyz passes (an agent is connected and the server "
+                                "is not shutting down), else 0")
+                          .Register(registry_.prometheus())
+                          .Add({});
+  auto& limits = prometheus::BuildGauge()
+                     .Name("konn_server_limit")
+                     .Help("konn: the configured limits (0: none), by limit as in "
+                           "limits_hit_total")
+                     .Register(registry_.prometheus());
+  limits.Add({{"limit", "frontend_streams"}}).Set(options_.max_frontend_streams);
+  limits.Add({{"limit", "pending_dials"}}).Set(options_.max_pending_dials);
+  limits.Add({{"limit", "pending_dials_per_agent"}}).Set(options_.max_pending_dials_per_agent);
+  limits.Add({{"limit", "tunnels_per_agent"}}).Set(options_.max_tunnels_per_agent);
+  auto metrics = [this, &ready_gauge](const std::string&) {
+    ready_gauge.Set(!draining_ && router_->backends().ready() ? 1 : 0);
     if (node_) node_->update_metrics();
     return core::admin::Response{
         200, "text/plain; version=0.0.4; charset=utf-8", registry_.serialize(), {}};

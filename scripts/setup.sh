@@ -20,6 +20,9 @@ packages=(
   golang-github-fatih-color-dev socat  # socat: h2spec reaches the unix-socket frontend through it
   # scripts/kube-apiserver.sh: the kube tests' kube-apiserver and etcd (started by the tests)
   etcd-server golang-github-modern-go-reflect2-dev
+  # tests/monitoring: promtool and a Prometheus server started by the test on loopback (its
+  # system service stays off); tests/integration/status: headless Chromium renders /status.
+  prometheus chromium
 )
 
 missing=()
@@ -38,9 +41,9 @@ if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
   missing=("${filtered[@]+"${filtered[@]}"}")
 fi
 
-# promtool (the HA tests check /metrics with it): Debian ships it only inside the `prometheus`
-# server package, whose installation would also start a Prometheus daemon, so only that one
-# binary is taken out of the package. Optional: the tests fall back to their own parser.
+# promtool (the HA tests check /metrics with it, tests/monitoring the rules) comes with the
+# `prometheus` package above. On a machine where that package cannot be installed, this takes the
+# one binary out of it, as the HA tests need (tests/monitoring still fails without the server).
 install_promtool() {
   command -v promtool >/dev/null 2>&1 && return 0
   local tmp sudo_cmd=()
@@ -63,6 +66,7 @@ if [ "${#missing[@]}" -eq 0 ]; then
 fi
 
 echo "setup: installing ${missing[*]}"
-# squid, tinyproxy and etcd are started by the tests themselves: their system services stay off.
-bash "$(dirname "$0")/apt-install.sh" --services="squid tinyproxy etcd" "${missing[@]}"
+# squid, tinyproxy, etcd and prometheus are started by the tests themselves: their system
+# services stay off.
+bash "$(dirname "$0")/apt-install.sh" --services="squid tinyproxy etcd prometheus" "${missing[@]}"
 install_promtool

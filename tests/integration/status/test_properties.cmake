@@ -1,0 +1,11 @@
+# Included by ctest after the discovered Catch2 tests of this directory are defined.
+set_tests_properties(
+  "status: headless Chromium renders the page: agents, tunnels and a dial failure"
+  PROPERTIES LABELS "e2e;status" COST 6)
+foreach(t
+    "status: /status.json lists agents, tunnels, failures, limits and certificates, and its counts agree with /metrics"
+    "status: the agent's /status.json lists its server, tunnels, refusals and certificates"
+    "status: socks5 and kubeproxy-http export the expiry of their certificates"
+    "status: the server's certificate expiry gauge follows a reload of its files")
+  set_tests_properties("${t}" PROPERTIES LABELS "e2e;status")
+endforeach()
