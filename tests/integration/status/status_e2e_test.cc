@@ -426,3 +426,29 @@ TEST_CASE("status: the server's certificate expiry gauge follows a reload of its
   double want = expiry(root / "short.crt");
   CHECK(eventually([&] { return gauge() == want; }, 20s));
 }
+
+TEST_CASE("status: beyond loopback the page needs --status-page-off-loopback", "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  uint16_t closed_port = konn::testsupport::free_tcp_port();
+  FleetServer closed{
+      certs, "s1", {"--admin-port=" + std::to_string(closed_port), "--admin-bind-address=0.0.0.0"}};
+  closed.start();
+  REQUIRE(eventually([&] { return konn::testsupport::tcp_port_accepts(closed_port); }, 10s));
+  auto refused = http_get_local(closed_port, "/status.json");
+  CHECK(refused.status == 403);
+  CHECK(refused.body.find("--status-page-off-loopback") != std::string::npos);
+  CHECK(http_get_local(closed_port, "/status").status == 403);
+  CHECK(http_get_local(closed_port, "/metrics").status == 200);
+
+  uint16_t open_port = konn::testsupport::free_tcp_port();
+  FleetServer open{certs,
+                   "s2",
+                   {"--admin-port=" + std::to_string(open_port), "--admin-bind-address=0.0.0.0",
+                    "--status-page-off-loopback"}};
+  open.start();
+  REQUIRE(eventually([&] { return konn::testsupport::tcp_port_accepts(open_port); }, 10s));
+  auto shown = http_get_local(open_port, "/status.json");
+  CHECK(shown.status == 200);
+  CHECK(json::parse(shown.body)["summary"]["server_id"] == "s2");
+}

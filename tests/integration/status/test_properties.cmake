@@ -9,3 +9,5 @@ foreach(t
     "status: the server's certificate expiry gauge follows a reload of its files")
   set_tests_properties("${t}" PROPERTIES LABELS "e2e;status")
 endforeach()
+set_tests_properties("status: beyond loopback the page needs --status-page-off-loopback"
+  PROPERTIES LABELS "e2e;status")
