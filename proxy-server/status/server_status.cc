@@ -89,6 +89,7 @@ json ServerStatus::build(const std::string& query) const {
   });
   size_t tunnels_total = 0;
   size_t most_tunnels = 0;
+  size_t most_pending = 0;
   std::vector<TunnelRow> oldest;
   std::vector<TunnelRow> busiest;
   auto older = [](const TunnelRow& a, const TunnelRow& b) {
@@ -112,8 +113,10 @@ json ServerStatus::build(const std::string& query) const {
   };
   for (const auto& b : backends) {
     auto tunnels = b->tunnels();
+    const size_t pending = router_.pending().size_of(b.get());
     tunnels_total += tunnels.size();
-    most_tunnels = std::max(most_tunnels, tunnels.size() + router_.pending().size_of(b.get()));
+    most_tunnels = std::max(most_tunnels, tunnels.size() + pending);
+    most_pending = std::max(most_pending, pending);
     for (const auto& [id, frontend] : tunnels) {
       TunnelRow row{b->agent_id(), id, frontend->status()};
       keep(oldest, row, older);
@@ -124,9 +127,6 @@ json ServerStatus::build(const std::string& query) const {
   std::sort(busiest.begin(), busiest.end(), busier);
 
   json agents = json::array();
-  size_t most_pending = 0;
-  for (const auto& b : backends)
-    most_pending = std::max(most_pending, router_.pending().size_of(b.get()));
   for (size_t i = static_cast<size_t>(offset);
        i < backends.size() && i < static_cast<size_t>(offset + page); ++i) {
     const auto& b = backends[i];
