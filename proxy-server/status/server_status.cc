@@ -39,7 +39,7 @@ double seconds_between(std::chrono::steady_clock::time_point from,
   return std::chrono::duration<double>(to - from).count();
 }
 
-json limit(const std::string& flag, int64_t limit, int64_t used) {
+json limit_row(const std::string& flag, int64_t limit, int64_t used) {
   json j{{"flag", flag}, {"limit", limit}, {"used", used}};
   j["ratio"] = limit > 0 ? static_cast<double>(used) / static_cast<double>(limit) : 0.0;
   return j;
@@ -199,14 +199,15 @@ json ServerStatus::build(const std::string& query) const {
   out["dial_failures"] = {{"total", router_.dial_failures().total()},
                           {"kept", router_.dial_failures().capacity()},
                           {"recent", std::move(failures)}};
-  out["limits"] = json::array(
-      {limit("--max-frontend-streams", options_.max_frontend_streams, router_.frontends_in_use()),
-       limit("--max-pending-dials", options_.max_pending_dials,
-             static_cast<int64_t>(pending_total)),
-       limit("--max-pending-dials-per-agent", options_.max_pending_dials_per_agent,
-             static_cast<int64_t>(most_pending)),
-       limit("--max-tunnels-per-agent", options_.max_tunnels_per_agent,
-             static_cast<int64_t>(most_tunnels))});
+  out["limits"] =
+      json::array({limit_row("--max-frontend-streams", options_.max_frontend_streams,
+                             router_.frontends_in_use()),
+                   limit_row("--max-pending-dials", options_.max_pending_dials,
+                             static_cast<int64_t>(pending_total)),
+                   limit_row("--max-pending-dials-per-agent", options_.max_pending_dials_per_agent,
+                             static_cast<int64_t>(most_pending)),
+                   limit_row("--max-tunnels-per-agent", options_.max_tunnels_per_agent,
+                             static_cast<int64_t>(most_tunnels))});
   out["certificates"] = std::move(certs);
   // Settings only: file paths, never file contents, tokens or keys.
   out["flags"] = {
