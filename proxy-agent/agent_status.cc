@@ -1,5 +1,7 @@
 #include "proxy-agent/agent_status.h"
 
+#include <algorithm>
+
 #include "core/admin/status_page.h"
 #include "core/config/duration.h"
 
@@ -32,7 +34,10 @@ AgentStatus::AgentStatus(const AgentOptions& options, const ServerSet& servers,
                          const core::admin::CertificateGauges& certificates)
     : options_(options), servers_(servers), stats_(std::move(stats)), certificates_(certificates) {}
 
-json AgentStatus::build(const std::string& /*query*/) const {
+json AgentStatus::build(const std::string& query) const {
+  const auto q = core::admin::parse_query(query);
+  const auto top_n = static_cast<size_t>(core::admin::query_int(q, "tunnels", 20, 0, 200));
+  const auto now = std::chrono::steady_clock::now();
   const auto wall = std::chrono::system_clock::now();
   const auto& s = *stats_;
   auto set = servers_.status();
@@ -55,6 +60,38 @@ json AgentStatus::build(const std::string& /*query*/) const {
       tunnels += row.tunnels;
     }
   }
+
+  // The longest-lived and the busiest endpoint connections, top_n of each.
+  using Row = ServerSet::TunnelRow;
+  auto bytes = [](const Row& r) {
+    return r.status.bytes_from_endpoint + r.status.bytes_to_endpoint;
+  };
+  std::vector<const Row*> by_age;
+  std::vector<const Row*> by_bytes;
+  for (const auto& r : set.tunnels) {
+    by_age.push_back(&r);
+    by_bytes.push_back(&r);
+  }
+  auto keep = [top_n](std::vector<const Row*>& rows, auto better) {
+    size_t n = std::min(top_n, rows.size());
+    std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(n), rows.end(),
+                      better);
+    rows.resize(n);
+  };
+  keep(by_age, [](const Row* a, const Row* b) { return a->status.started < b->status.started; });
+  keep(by_bytes, [&bytes](const Row* a, const Row* b) { return bytes(*a) > bytes(*b); });
+  auto rows = [now](const std::vector<const Row*>& list) {
+    json out = json::array();
+    for (const Row* r : list) {
+      out.push_back(
+          {{"server_id", r->server_id},
+           {"destination", r->status.destination},
+           {"age_seconds", std::chrono::duration<double>(now - r->status.started).count()},
+           {"bytes_from_endpoint", r->status.bytes_from_endpoint},
+           {"bytes_to_endpoint", r->status.bytes_to_endpoint}});
+    }
+    return out;
+  };
 
   json refused = json::array();
   auto recent = s.refusals_snapshot();
@@ -113,7 +150,10 @@ json AgentStatus::build(const std::string& /*query*/) const {
                     {"half_closed", relaxed(s.half_closed_endpoint_connections)},
                     {"bytes_to_endpoints", relaxed(s.bytes_to_endpoints)},
                     {"bytes_from_endpoints", relaxed(s.bytes_from_endpoints)},
-                    {"closed_over_cap", relaxed(s.queue_overflow_closes)}};
+                    {"closed_over_cap", relaxed(s.queue_overflow_closes)},
+                    {"top", top_n},
+                    {"longest_lived", rows(by_age)},
+                    {"busiest", rows(by_bytes)}};
   out["refusals"] = {{"counts", std::move(counts)},
                      {"kept", AgentStats::kRefusalsKept},
                      {"recent", std::move(refused)}};

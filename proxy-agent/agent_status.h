@@ -15,7 +15,8 @@ namespace konn::agent {
 
 // The agent's /status.json and /status (admin port only; core/admin/status_page serves them):
 // its servers (connected, since, tunnels, last error; and those it lost or could not reach), its
-// tunnels (per server, and the totals), the dials it refused or could not make (counts and the
+// tunnels (per server, the totals, and the longest-lived and busiest: `?tunnels=N`, 20 by
+// default, at most 200), the dials it refused or could not make (counts and the
 // last ones), the recent connection events, the limits, its certificates and its settings (the
 // egress proxy's credentials redacted; file paths only). Built on the admin thread from atomics
 // and short copies; no data-path thread does anything for it.

@@ -65,4 +65,12 @@ size_t ConnectionTable::size() const {
   return by_dial_.size();
 }
 
+std::vector<ConnectionTable::Ptr> ConnectionTable::snapshot() const {
+  std::lock_guard lock(mu_);
+  std::vector<Ptr> out;
+  out.reserve(by_dial_.size());
+  for (const auto& [id, conn] : by_dial_) out.push_back(conn);
+  return out;
+}
+
 }  // namespace konn::agent

@@ -35,6 +35,8 @@ class ConnectionTable {
   std::vector<Ptr> take_all();
   // Connections registered (dialing or established).
   size_t size() const;
+  // Every connection registered (the status page).
+  std::vector<Ptr> snapshot() const;
 
  private:
   mutable std::mutex mu_;

@@ -104,7 +104,23 @@ bool EndpointConnection::send_packet(Packet&& p,
   return stream_->send(std::move(p), std::move(listener));
 }
 
+EndpointConnection::Status EndpointConnection::status() const {
+  Status out;
+  {
+    std::lock_guard lock(status_mu_);
+    out.destination = destination_;
+  }
+  out.started = started_;
+  out.bytes_from_endpoint = bytes_up_.load(std::memory_order_relaxed);
+  out.bytes_to_endpoint = bytes_down_.load(std::memory_order_relaxed);
+  return out;
+}
+
 void EndpointConnection::start(std::string address) {
+  {
+    std::lock_guard lock(status_mu_);
+    destination_ = address;
+  }
   arm_half_close_bound();
   if (auto to = core::net::literal_endpoint(address)) {
     asio::post(ctx_, [self = shared_from_this(), to = *to, address = std::move(address)]() mutable {
@@ -116,6 +132,10 @@ void EndpointConnection::start(std::string address) {
 }
 
 void EndpointConnection::start_accepted(asio::ip::tcp::socket socket, std::string address) {
+  {
+    std::lock_guard lock(status_mu_);
+    destination_ = address;
+  }
   accepted_ = true;  // before the dial is sent: the stream's reaction checks it on the answer
   arm_half_close_bound();
   asio::post(ctx_, [self = shared_from_this(), s = std::move(socket),
@@ -501,7 +521,7 @@ void EndpointConnection::read_ready(std::error_code wait_ec) {
     return;
   }
   const size_t n = buf.size();
-  bytes_up_ += n;
+  bytes_up_.fetch_add(n, std::memory_order_relaxed);
   if (quiet_) quiet_->touch();
   int64_t in_stream = in_stream_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
   if (settings_.flow_control) credit_ -= static_cast<int64_t>(n);
@@ -675,7 +695,7 @@ void EndpointConnection::finish_close() {
                                                                   : spdlog::level::info;
   if (logger().should_log(level)) {
     logger().log(level, "{}closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
-                 log_prefix(), close_reason_, bytes_up_, bytes_down_.load(), ms);
+                 log_prefix(), close_reason_, bytes_up_.load(), bytes_down_.load(), ms);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,15 @@ class EndpointConnection : public core::tunnel::WriteListener,
     Closing,      // no more reads; queued writes are being flushed (bounded by a deadline)
     Closed,       // socket closed and the connection left its table (final)
   };
+
+  // What the agent's status page shows of this connection. Any thread (a short lock and atomics).
+  struct Status {
+    std::string destination;
+    std::chrono::steady_clock::time_point started;
+    uint64_t bytes_from_endpoint = 0;
+    uint64_t bytes_to_endpoint = 0;
+  };
+  Status status() const;
 
   EndpointConnection(asio::io_context& ctx, std::shared_ptr<core::tunnel::PacketStream> stream,
                      std::shared_ptr<ConnectionTable> table, int64_t connect_id, int64_t dial_id,
@@ -229,7 +239,9 @@ class EndpointConnection : public core::tunnel::WriteListener,
   std::unique_ptr<core::tunnel::QuietTimer> quiet_;
   std::string close_reason_;
   bool routine_close_ = false;  // CloseFlags::Routine was given
-  uint64_t bytes_up_ = 0;  // endpoint -> server
+  std::atomic<uint64_t> bytes_up_{0};  // endpoint -> server (atomic: status() reads it)
+  mutable std::mutex status_mu_;
+  std::string destination_;  // under status_mu_: set by start() or start_accepted()
   std::chrono::steady_clock::time_point started_;
 
   // Shared with gRPC threads.

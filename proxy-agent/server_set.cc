@@ -164,6 +164,9 @@ ServerSet::Status ServerSet::status() const {
     out.servers[i].tunnels = streams[i]->connection_count();
     out.servers[i].node_tunnels = streams[i]->node_connection_count();
     out.servers[i].flow_control = streams[i]->flow_control();
+    for (const auto& conn : streams[i]->connections()) {
+      out.tunnels.push_back({out.servers[i].server_id, conn->status()});
+    }
   }
   return out;
 }

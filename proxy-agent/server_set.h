@@ -96,8 +96,13 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
     std::string server_id;
     std::string what;
   };
+  struct TunnelRow {
+    std::string server_id;
+    EndpointConnection::Status status;
+  };
   struct Status {
     std::vector<ServerRow> servers;
+    std::vector<TunnelRow> tunnels;  // every endpoint connection of the connected servers
     std::vector<Event> recent;  // newest last, at most kEventsKept
     bool draining = false;
     int64_t server_count = 1;

@@ -104,6 +104,10 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   std::optional<ProxyFailure> proxy_failure() const;
   // Endpoint connections of this stream (dialing or established).
   size_t connection_count() const { return table_->size(); }
+  // The endpoint connections of this stream (the status page); any thread.
+  std::vector<std::shared_ptr<EndpointConnection>> connections() const {
+    return table_->snapshot();
+  }
   std::string server_id() const;
   bool flow_control() const;
   // The server confirmed the node-to-control-plane extension on this stream, and the stream has

@@ -1,6 +1,7 @@
 // /status.json and /status of a running proxy-server with three agents (issue 40): the JSON's
 // shape, its counts against /metrics in the same state, the certificate expiry gauge, and the
 // page as headless Chromium renders it (its DOM after the page's script ran, and a screenshot).
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -33,7 +34,11 @@ struct StatusFleet {
   konn::testsupport::TempDir dir{"konn-status"};
   konn::testsupport::EchoServer echo;
   uint16_t admin_port = konn::testsupport::free_tcp_port();
-  uint16_t agent_admin_port = konn::testsupport::free_tcp_port();  // agent-a's
+  // Each agent's admin port; agent-a's first.
+  std::vector<uint16_t> agent_admin_ports{konn::testsupport::free_tcp_port(),
+                                          konn::testsupport::free_tcp_port(),
+                                          konn::testsupport::free_tcp_port()};
+  uint16_t agent_admin_port = agent_admin_ports[0];
   FleetServer server{
       certs,
       "s1",
@@ -46,8 +51,8 @@ struct StatusFleet {
   StatusFleet() {
     server.start();
     for (const char* id : {"agent-a", "agent-b", "agent-c"}) {
-      std::vector<std::string> args;
-      if (agents.empty()) args = {"--admin-server-port=" + std::to_string(agent_admin_port)};
+      std::vector<std::string> args{"--admin-server-port=" +
+                                    std::to_string(agent_admin_ports[agents.size()])};
       agents.push_back(std::make_unique<FleetAgent>(dir, certs, id, server.agent_port(), args));
     }
     REQUIRE(eventually([&] { return server.ready_agents() == 3; }, 20s));
@@ -266,6 +271,23 @@ TEST_CASE("status: the agent's /status.json lists its server, tunnels, refusals 
   CHECK(client);
   auto body = http_get_local(f.agent_admin_port, "/status.json").body;
   CHECK(body.find("BEGIN") == std::string::npos);
+
+  // The two open tunnels, each listed by the agent that carries it, with its bytes.
+  std::vector<json> listed;
+  for (uint16_t port : f.agent_admin_ports) {
+    auto other = f.status("", port);
+    CHECK(other["tunnels"]["busiest"].size() == other["tunnels"]["open"]);
+    for (const auto& t : other["tunnels"]["busiest"]) listed.push_back(t);
+  }
+  REQUIRE(listed.size() == 2);
+  std::sort(listed.begin(), listed.end(), [](const json& x, const json& y) {
+    return x["bytes_to_endpoint"].get<uint64_t>() > y["bytes_to_endpoint"].get<uint64_t>();
+  });
+  CHECK(listed[0]["destination"] == f.echo.address());
+  CHECK(listed[0]["bytes_to_endpoint"] == 5000);
+  CHECK(listed[0]["bytes_from_endpoint"] == 5000);
+  CHECK(listed[0]["server_id"] == "s1");
+  CHECK(listed[1]["bytes_to_endpoint"] == 4);
 
   // The server goes: the agent shows it lost, with why.
   f.server.kill();
