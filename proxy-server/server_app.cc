@@ -7,6 +7,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/execution/context.hpp>
 #include <asio/query.hpp>
+#include <openssl/ssl.h>
 
 #include "core/admin/status_page.h"
 #include "core/io/allocator.h"
@@ -83,6 +84,9 @@ void ServerApp::start() {
   if (auto ciphers = options_.openssl_ciphers(); !ciphers.empty()) {
     // Every TLS listener's context is built with them (ReloadingServerContext).
     KONN_LOG(log_, info, "TLS 1.2 cipher suites restricted to {}", ciphers);
+  }
+  if (options_.openssl_min_version() == TLS1_3_VERSION) {
+    KONN_LOG(log_, info, "TLS 1.3 required on the agent port and the TCP frontend");
   }
   timers_guard_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(
       timers_.get_executor());
@@ -168,6 +172,7 @@ void ServerApp::start_http_connect() {
     tls.alpn = {"http/1.1"};
     certificates_.add("frontend", "serving", options_.server_cert);
     certificates_.add("frontend", "ca", options_.server_ca_cert);
+    tls.min_version = options_.openssl_min_version();
     http_connect_->listen_tls(options_.server_bind_address, options_.server_port, tls,
                               options_.cert_reload_interval, options_.openssl_ciphers(),
                               [this] { certificates_.refresh(); });
@@ -200,6 +205,7 @@ std::unique_ptr<core::tls::ReloadingServerContext> ServerApp::serve_tls(
   tls.alpn = {"h2"};
   certificates_.add(what, "serving", cert);
   certificates_.add(what, "ca", client_ca);
+  tls.min_version = options_.openssl_min_version();
   auto files = std::make_unique<core::tls::ReloadingServerContext>(
       timers_.get_executor(), std::move(tls), options_.openssl_ciphers(),
       options_.cert_reload_interval, what,

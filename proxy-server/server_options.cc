@@ -37,9 +37,15 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("cluster-key", &cluster_key, "Key of --cluster-cert");
   p.add("cluster-ca-cert", &cluster_ca_cert, "CA for agent client certificates (enables mTLS)");
   p.add("keepalive-time", &keepalive_time, "Keepalive ping interval towards agents");
-  p.add("cipher-suites", &cipher_suites, "TLS 1.2 cipher suites (Go names)");
+  p.add("cipher-suites", &cipher_suites,
+        "TLS 1.2 cipher suites (Go names) of the agent port and the TCP frontend; TLS 1.3 suites "
+        "are accepted and change nothing");
   p.set_default_text("cipher-suites", "the TLS library's secure suites");
-  p.add("tls-min-version", &tls_min_version, "Minimum TLS version (VersionTLS12, VersionTLS13)");
+  p.add("tls-min-version", &tls_min_version,
+        "Minimum TLS version of the agent port and the TCP frontend: VersionTLS12 or "
+        "VersionTLS13; VersionTLS10 and VersionTLS11 are accepted with a warning and give "
+        "TLS 1.2 (konn never negotiates below it)");
+  p.set_default_text("tls-min-version", "VersionTLS12");
   p.add("agent-namespace", &agent_namespace, "Namespace of the agents' service account");
   p.add("agent-service-account", &agent_service_account, "Service account of the agents");
   p.add("authentication-audience", &authentication_audience, "Audience of agent tokens");
@@ -274,13 +280,7 @@ std::vector<std::string> ServerOptions::validate() const {
   }
   core::config::check_range(errors, "--admin-port", admin_port, 0, 65535);
   core::config::check_range(errors, "--health-port", health_port, 0, 65535);
-  if (core::tls::openssl_min_version(tls_min_version, &errors) == TLS1_3_VERSION) {
-    // Refused rather than silently weaker: gRPC C++ 1.51 (Debian bookworm) has no way to raise
-    // the floor of its TLS listeners, and the agent listener is always gRPC.
-    errors.push_back(
-        "--tls-min-version: VersionTLS13 cannot be enforced on the gRPC listeners with gRPC C++ "
-        "1.51; TLS 1.2 is the floor");
-  }
+  core::tls::openssl_min_version(tls_min_version, &errors);
   core::tls::openssl_cipher_list(cipher_suites, &errors);
   if (enable_contention_profiling && !enable_profiling) {
     errors.push_back("--enable-contention-profiling: needs --enable-profiling too (as upstream)");
@@ -317,6 +317,18 @@ void ServerOptions::print(spdlog::logger& log) const {
         fmt::join(node_to_control_plane_destinations, ","), max_node_to_control_plane_connections,
         format_go_duration(node_to_control_plane_dial_timeout));
   }
+  for (const auto& w : warnings()) log.warn("{}", w);
+}
+
+std::vector<std::string> ServerOptions::warnings() const {
+  std::vector<std::string> out;
+  if (auto w = core::tls::min_version_warning(tls_min_version); !w.empty()) out.push_back(w);
+  return out;
+}
+
+int ServerOptions::openssl_min_version() const {
+  std::vector<std::string> ignored;
+  return core::tls::openssl_min_version(tls_min_version, &ignored);
 }
 
 std::string ServerOptions::openssl_ciphers() const {

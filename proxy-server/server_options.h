@@ -144,9 +144,15 @@ struct ServerOptions {
   std::vector<std::string> validate() const;
   // One line per setting at startup.
   void print(spdlog::logger& log) const;
+  // What print() logs as warnings: values upstream accepts that konn takes with a different or
+  // reduced meaning (each line names the flag). Call after validate() passed.
+  std::vector<std::string> warnings() const;
 
   // A tunnel whose queue towards a peer without flow control passes this is closed alone.
   size_t tunnel_queue_cap_bytes() const;
+  // --tls-min-version as the OpenSSL version enforced (TLS1_2_VERSION or TLS1_3_VERSION); call
+  // after validate() passed.
+  int openssl_min_version() const;
   // --cipher-suites as an OpenSSL list ("" when not set); call after validate() passed.
   std::string openssl_ciphers() const;
   // How long a tunnel may move nothing: --half-close-timeout once one side finished (or

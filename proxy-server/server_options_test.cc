@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include <catch2/catch.hpp>
+#include <openssl/ssl.h>
 
 using konn::server::ServerOptions;
 
@@ -84,19 +85,34 @@ TEST_CASE("TLS suites and versions are checked like upstream, and never weakened
   auto errors =
       parse(o, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c", "--cluster-key=k",
                 "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_RC4_128_SHA",
-                "--tls-min-version=VersionTLS10"});
+                "--tls-min-version=VersionTLS9"});
   CHECK(mentions(errors, "TLS_RSA_WITH_RC4_128_SHA is insecure"));
-  CHECK(mentions(errors, "VersionTLS10 is refused"));
+  CHECK(mentions(errors, "unknown version \"VersionTLS9\""));
   ServerOptions ok;
   auto fine = parse(ok, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
                          "--cluster-key=k", "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
                          "--tls-min-version=VersionTLS12"});
   CHECK(fine.empty());
   CHECK(ok.openssl_ciphers() == "ECDHE-RSA-AES128-GCM-SHA256");
+  CHECK(ok.openssl_min_version() == TLS1_2_VERSION);
+  CHECK(ok.warnings().empty());
   ServerOptions v13;
-  CHECK(mentions(parse(v13, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
-                             "--cluster-key=k", "--tls-min-version=VersionTLS13"}),
-                 "cannot be enforced"));
+  CHECK(parse(v13, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                    "--cluster-key=k", "--tls-min-version=VersionTLS13"})
+            .empty());
+  CHECK(v13.openssl_min_version() == TLS1_3_VERSION);
+  CHECK(v13.warnings().empty());
+  // Upstream accepts 1.0 and 1.1 with a warning; konn too, and TLS 1.2 stays the floor.
+  for (const char* v : {"VersionTLS10", "VersionTLS11"}) {
+    INFO(v);
+    ServerOptions old;
+    CHECK(parse(old, {"--uds-name=/tmp/s.sock", "--server-port=0", "--cluster-cert=c",
+                      "--cluster-key=k", std::string("--tls-min-version=") + v})
+              .empty());
+    CHECK(old.openssl_min_version() == TLS1_2_VERSION);
+    CHECK(mentions(old.warnings(), std::string("--tls-min-version=") + v +
+                                       " is below TLS 1.2 and insecure"));
+  }
 }
 
 TEST_CASE("a TCP frontend requires its certificates and mTLS CA", "[server]") {

@@ -71,14 +71,17 @@ std::string openssl_cipher_list(const std::vector<std::string>& go_names,
 int openssl_min_version(const std::string& go_name, std::vector<std::string>* errors) {
   if (go_name.empty() || go_name == "VersionTLS12") return TLS1_2_VERSION;
   if (go_name == "VersionTLS13") return TLS1_3_VERSION;
-  if (go_name == "VersionTLS10" || go_name == "VersionTLS11") {
-    errors->push_back("--tls-min-version: " + go_name +
-                      " is refused: konn never negotiates below TLS 1.2");
-  } else {
-    errors->push_back("--tls-min-version: unknown version \"" + go_name +
-                      "\" (want VersionTLS12 or VersionTLS13)");
-  }
+  if (go_name == "VersionTLS10" || go_name == "VersionTLS11") return TLS1_2_VERSION;
+  errors->push_back("--tls-min-version: unknown version \"" + go_name +
+                    "\" (want VersionTLS10, VersionTLS11, VersionTLS12 or VersionTLS13)");
   return 0;
+}
+
+std::string min_version_warning(const std::string& go_name) {
+  if (go_name != "VersionTLS10" && go_name != "VersionTLS11") return {};
+  return "--tls-min-version=" + go_name +
+         " is below TLS 1.2 and insecure (RFC 8996); konn never negotiates below TLS 1.2, so "
+         "TLS 1.2 is the floor";
 }
 
 }  // namespace konn::core::tls

@@ -13,9 +13,15 @@ namespace konn::core::tls {
 std::string openssl_cipher_list(const std::vector<std::string>& go_names,
                                 std::vector<std::string>* errors);
 
-// Maps upstream's --tls-min-version values to OpenSSL protocol versions: "" (default) and
-// "VersionTLS12" give TLS1_2_VERSION, "VersionTLS13" TLS1_3_VERSION; VersionTLS10/11 are refused
-// (konn never negotiates below TLS 1.2). Returns 0 and appends to `errors` otherwise.
+// Maps upstream's --tls-min-version values to the OpenSSL protocol version konn enforces: ""
+// (default) and "VersionTLS12" give TLS1_2_VERSION, "VersionTLS13" TLS1_3_VERSION. Upstream
+// accepts VersionTLS10 and VersionTLS11 with a warning; konn accepts them too but never
+// negotiates below TLS 1.2, so they give TLS1_2_VERSION (see min_version_warning). Returns 0 and
+// appends to `errors` for any other value.
 int openssl_min_version(const std::string& go_name, std::vector<std::string>* errors);
+
+// The warning to log at start-up for a --tls-min-version that konn raises to TLS 1.2
+// (VersionTLS10, VersionTLS11); "" for the others.
+std::string min_version_warning(const std::string& go_name);
 
 }  // namespace konn::core::tls

@@ -27,9 +27,17 @@ TEST_CASE("Go cipher suite names map to OpenSSL's, insecure and unknown ones are
 TEST_CASE("TLS minimum versions", "[tls]") {
   std::vector<std::string> errors;
   CHECK(openssl_min_version("", &errors) == TLS1_2_VERSION);
+  CHECK(openssl_min_version("VersionTLS12", &errors) == TLS1_2_VERSION);
   CHECK(openssl_min_version("VersionTLS13", &errors) == TLS1_3_VERSION);
+  // Upstream accepts 1.0 and 1.1 with a warning; konn accepts them and keeps TLS 1.2 the floor.
+  CHECK(openssl_min_version("VersionTLS10", &errors) == TLS1_2_VERSION);
+  CHECK(openssl_min_version("VersionTLS11", &errors) == TLS1_2_VERSION);
   CHECK(errors.empty());
-  CHECK(openssl_min_version("VersionTLS10", &errors) == 0);
+  CHECK(min_version_warning("VersionTLS10").find("below TLS 1.2") != std::string::npos);
+  CHECK(min_version_warning("VersionTLS11").find("TLS 1.2 is the floor") != std::string::npos);
+  CHECK(min_version_warning("VersionTLS12").empty());
+  CHECK(min_version_warning("VersionTLS13").empty());
   CHECK(openssl_min_version("TLS9", &errors) == 0);
-  CHECK(errors.size() == 2);
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].find("unknown version \"TLS9\"") != std::string::npos);
 }

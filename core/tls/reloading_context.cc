@@ -111,8 +111,7 @@ std::shared_ptr<asio::ssl::context> ReloadingServerContext::current() const {
 
 std::shared_ptr<asio::ssl::context> ReloadingServerContext::build(const ServerTlsConfig& config,
                                                                   const std::string& ciphers) {
-  auto ctx = make_server_context(config);
-  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  auto ctx = make_server_context(config);  // TLS 1.2 or config.min_version, whichever is higher
   if (!ciphers.empty() && SSL_CTX_set_cipher_list(ctx->native_handle(), ciphers.c_str()) != 1) {
     throw std::runtime_error("cipher suites not accepted by OpenSSL: " + ciphers);
   }

@@ -19,7 +19,8 @@ namespace konn::core::tls {
 // loaded (half written) keep the old context, and the next check tries again. Replace the files
 // atomically (rename, or a symlinked directory as Kubernetes mounts Secrets).
 //
-// Contexts are TLS 1.2 or newer, with `ciphers` (OpenSSL's TLS 1.2 list; empty: its default).
+// Contexts are TLS 1.2 or newer (config.min_version may raise the floor to 1.3), with `ciphers`
+// (OpenSSL's TLS 1.2 list; empty: its default).
 class ReloadingServerContext {
  public:
   using OnChange = std::function<void(std::shared_ptr<asio::ssl::context>)>;

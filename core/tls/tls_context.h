@@ -33,9 +33,12 @@ struct ServerTlsConfig {
   std::string key_file;
   std::string client_ca_file;        // empty = no client certificate requested
   std::vector<std::string> alpn;     // protocols accepted, in preference order
+  // The lowest protocol version accepted (OpenSSL's TLS1_2_VERSION or TLS1_3_VERSION; anything
+  // lower is raised to TLS 1.2: konn never negotiates below it). 0: TLS 1.2.
+  int min_version = 0;
 };
 
-// Builds a TLS 1.2+ server context. Throws std::runtime_error naming the file that failed.
+// Builds a TLS 1.2+ server context (TLS 1.3+ with min_version = TLS1_3_VERSION). Throws std::runtime_error naming the file that failed.
 std::shared_ptr<asio::ssl::context> make_server_context(const ServerTlsConfig& config);
 
 }  // namespace konn::core::tls
