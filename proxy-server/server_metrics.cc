@@ -50,6 +50,15 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
       full_receive_channels(build(prometheus::BuildGauge(), r, "full_receive_channels",
                                   "Number of current connections blocked by a full receive "
                                   "channel, partitioned by service method")),
+      full_frontend_write_queues(build(prometheus::BuildGauge(), r, "full_frontend_write_queues",
+                                       "Number of HTTP CONNECT tunnels whose queue towards the "
+                                       "client is full (konn: holds its full mark, 4 MiB or half "
+                                       "the tunnel's cap)")),
+      blocked_frontend_write_channels(build(prometheus::BuildGauge(), r,
+                                            "blocked_frontend_write_channels",
+                                            "Number of agent streams not read because clients "
+                                            "are behind (konn: agents without konn's flow "
+                                            "control only)")),
       dial_failure_count(build(prometheus::BuildCounter(), r, "dial_failure_count",
                                "Number of dial failures observed, by reason")),
       stream_packets_total(build(prometheus::BuildCounter(), r, "stream_packets_total",
@@ -97,6 +106,8 @@ ServerMetrics::ServerMetrics(core::metrics::Registry& r)
       pending(pending_backend_dials.Add({})),
       established(established_connections.Add({})),
       half_closed(half_closed_tunnels.Add({})),
+      full_write_queues(full_frontend_write_queues.Add({})),
+      blocked_write_channels(blocked_frontend_write_channels.Add({})),
       dial_duration(dial_duration_seconds.Add({}, kLatencyBuckets)),
       connection_duration(connection_duration_seconds.Add({}, kConnectionDurationBuckets)),
       bytes_to_agent(bytes_total.Add({{"direction", "to_agent"}})),

@@ -24,6 +24,9 @@ struct ServerMetrics {
   prometheus::Family<prometheus::Gauge>& pending_backend_dials;
   prometheus::Family<prometheus::Gauge>& established_connections;
   prometheus::Family<prometheus::Gauge>& full_receive_channels;   // service_method
+  // Upstream PR #896's, with konn's meaning (proxy-server/README.md, Metrics).
+  prometheus::Family<prometheus::Gauge>& full_frontend_write_queues;
+  prometheus::Family<prometheus::Gauge>& blocked_frontend_write_channels;
   prometheus::Family<prometheus::Counter>& dial_failure_count;    // reason (no _total, as upstream)
   prometheus::Family<prometheus::Counter>& stream_packets_total;  // segment, packet_type
   prometheus::Family<prometheus::Counter>& stream_errors_total;   // segment, code, packet_type
@@ -47,6 +50,10 @@ struct ServerMetrics {
   prometheus::Gauge& pending;
   prometheus::Gauge& established;
   prometheus::Gauge& half_closed;  // established tunnels with one side finished sending
+  // HTTP CONNECT tunnels whose queue towards the client is at its full mark
+  // (HttpConnectFrontend); agent streams not read because their clients are behind (Backend).
+  prometheus::Gauge& full_write_queues;
+  prometheus::Gauge& blocked_write_channels;
   prometheus::Histogram& dial_duration;
   prometheus::Histogram& connection_duration;
   prometheus::Counter& bytes_to_agent;

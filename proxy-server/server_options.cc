@@ -84,6 +84,11 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
         "How often the Lease is renewed and expired ones deleted; it lasts twice as long");
   p.add("xfr-channel-size", &xfr_channel_size,
         "Per-tunnel queue depth, in 1 MiB packets, towards peers without flow control");
+  p.add("frontend-write-channel-size", &frontend_write_channel_size,
+        "Upstream: packets queued per HTTP CONNECT frontend before the agent stream blocks (0: "
+        "no queue). konn has no such queue: each tunnel queues towards its client by bytes "
+        "(konn's credit, or --xfr-channel-size) and one slow client never blocks the agent "
+        "stream alone; accepted (0 or more) and unused");
   p.add("backend-dial-timeout", &backend_dial_timeout, "Bound on waiting for DIAL_RSP (0: none)");
   p.add("graceful-shutdown-timeout", &graceful_shutdown_timeout,
         "How long open tunnels may finish after SIGTERM (0: close at once)");
@@ -231,6 +236,10 @@ std::vector<std::string> ServerOptions::validate() const {
     errors.push_back("--lease-renew-interval: must be at least 1s");
   }
   if (xfr_channel_size <= 0) errors.push_back("--xfr-channel-size: must be greater than 0");
+  if (frontend_write_channel_size < 0) {
+    errors.push_back("--frontend-write-channel-size: must be 0 or more, got " +
+                     std::to_string(frontend_write_channel_size));
+  }
   if (backend_dial_timeout.count() < 0) {
     errors.push_back("--backend-dial-timeout: must not be negative");
   }

@@ -73,6 +73,9 @@ struct ServerOptions {
 
   // Flow control, timeouts, shutdown.
   int xfr_channel_size = 10;
+  // Upstream PR #896's per-frontend write queue, in packets (0: synchronous writes, PR #918).
+  // konn has no such queue: validated (>= 0) and otherwise unused.
+  int frontend_write_channel_size = 10;
   Duration backend_dial_timeout{0};
   Duration graceful_shutdown_timeout{0};
   // konn: how often certificate, key and CA files are re-read (0: never).

@@ -312,3 +312,26 @@ TEST_CASE("contention profiling needs --enable-profiling too, as upstream", "[se
   CHECK(parse(both, args).empty());
   CHECK(both.enable_profiling);
 }
+
+TEST_CASE("frontend-write-channel-size (upstream PR #896): 0 or more, unused", "[server]") {
+  const std::vector<std::string> base{"--uds-name=/tmp/s.sock", "--server-port=0",
+                                      "--cluster-cert=c", "--cluster-key=k"};
+  ServerOptions d;
+  REQUIRE(parse(d, base).empty());
+  CHECK(d.frontend_write_channel_size == 10);  // upstream's default
+  for (const char* ok : {"--frontend-write-channel-size=0", "--frontend-write-channel-size=64"}) {
+    INFO(ok);
+    auto args = base;
+    args.push_back(ok);
+    ServerOptions o;
+    CHECK(parse(o, args).empty());
+  }
+  auto args = base;
+  args.push_back("--frontend-write-channel-size=-1");
+  ServerOptions bad;
+  CHECK(mentions(parse(bad, args), "--frontend-write-channel-size: must be 0 or more, got -1"));
+  auto word = base;
+  word.push_back("--frontend-write-channel-size=many");
+  ServerOptions not_int;
+  CHECK(mentions(parse(not_int, word), "frontend-write-channel-size"));
+}

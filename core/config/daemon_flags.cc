@@ -64,6 +64,7 @@ const std::vector<DaemonFlags>& daemon_flag_table() {
                                        "lease-label",
                                        "lease-renew-interval",
                                        "xfr-channel-size",
+                                       "frontend-write-channel-size",
                                        "backend-dial-timeout",
                                        "graceful-shutdown-timeout",
                                        "cert-reload-interval",

@@ -338,12 +338,14 @@ void Backend::update_client_gate() {
     if (!paused_for_clients_.load() && bytes > backlog_high_ && !over_) {
       paused_for_clients_.store(true);
       router_.metrics().reads_paused_total.Add({{"reason", "clients_behind"}}).Increment();
+      router_.metrics().blocked_write_channels.Increment();
       KONN_LOG(log_, debug, "[A{}] {} bytes wait for slow clients: agent stream paused",
                agent_id_, bytes);
       pause_reading(core::relay::PauseReason::ClientsBehind);
       arm_stall_check();
     } else if (paused_for_clients_.load() && (bytes <= backlog_low_ || over_)) {
       paused_for_clients_.store(false);
+      router_.metrics().blocked_write_channels.Decrement();
       if (stall_timer_) stall_timer_->cancel();
       KONN_LOG(log_, debug, "[A{}] clients caught up ({} bytes wait): agent stream resumed",
                agent_id_, bytes);
@@ -396,6 +398,8 @@ void Backend::check_stalled_clients() {
 void Backend::OnDone() {
   over_ = true;
   if (stall_timer_) stall_timer_->cancel();
+  // No longer a stream blocked behind its clients (update_client_gate never pauses it again).
+  if (paused_for_clients_.exchange(false)) router_.metrics().blocked_write_channels.Decrement();
   mark_done();
   if (!cancelled_by_us_) {
     router_.metrics().call_errors(ServerMetrics::FromAgent, ServerMetrics::ToAgent,

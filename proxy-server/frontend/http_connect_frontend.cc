@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <list>
 #include <optional>
 #include <sys/socket.h>
@@ -403,6 +404,14 @@ class ConnectSession : public Frontend,
       });
     }
     credit_ = core::tunnel::kTunnelWindow;
+    // Where this tunnel's queue towards the client counts as full (full_frontend_write_queues):
+    // half the credit window with konn's flow control (the agent soon stops sending for this
+    // tunnel alone); otherwise the level at which this tunnel alone stops the agent's stream.
+    full_mark_ = flow_control_ ? static_cast<size_t>(core::tunnel::kTunnelWindow / 2)
+                               : static_cast<size_t>(std::min<int64_t>(
+                                     Backend::kClientBacklogHigh,
+                                     static_cast<int64_t>(
+                                         router_.options().tunnel_queue_cap_bytes() / 2)));
     if (auto refused = router_.add_pending(random_, this->shared_from_this(), *backend_)) {
       co_await reply_and_close(refused->http_status,
                                "Failed to tunnel dial request: " + refused->error);
@@ -619,7 +628,20 @@ class ConnectSession : public Frontend,
     bytes_to_client_ += n;
     router_.metrics().bytes_to_client.Increment(static_cast<double>(n));
     out_.push_back(std::move(p));
+    count_full();
     pump_writes();
+  }
+
+  // Keeps full_frontend_write_queues in step with this tunnel's queue (the executor's thread).
+  void count_full() {
+    const bool full = !socket_done_ && to_client_queued_ >= full_mark_;
+    if (full == full_counted_) return;
+    full_counted_ = full;
+    if (full) {
+      router_.metrics().full_write_queues.Increment();
+    } else {
+      router_.metrics().full_write_queues.Decrement();
+    }
   }
 
   // Bytes the gRPC thread wrote to the client itself (WriteRole): counted as the executor's
@@ -654,6 +676,7 @@ class ConnectSession : public Frontend,
                         self->writing_ = false;
                         self->out_.pop_front();
                         self->to_client_queued_ -= n;
+                        self->count_full();
                         if (!self->flow_control_) self->backlog_.taken(n);
                         if (ec) {
                           if (self->closed_) {
@@ -710,6 +733,7 @@ class ConnectSession : public Frontend,
   void finish_socket() {
     if (socket_done_) return;
     socket_done_ = true;
+    count_full();  // no longer counted, whatever is left queued
     backlog_.release();
     if constexpr (!kTls) write_role_.close();  // before the descriptor can be closed and reused
     router_.deadlines().cancel(close_deadline_);
@@ -766,6 +790,8 @@ class ConnectSession : public Frontend,
   // most tunnels sit idle with nothing queued.
   std::list<Packet> out_;
   size_t to_client_queued_ = 0;
+  size_t full_mark_ = SIZE_MAX;  // set with the backend: see full_frontend_write_queues
+  bool full_counted_ = false;    // counted in full_frontend_write_queues
   bool writing_ = false;
   core::tunnel::CreditReturn credit_to_return_;  // written to the client, not yet given back
   ClientBacklog backlog_;  // without flow control: the agent's bytes waiting for the client

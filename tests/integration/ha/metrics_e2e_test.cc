@@ -377,6 +377,58 @@ TEST_CASE("metrics: a tunnel whose client takes nothing is closed alone and the 
   }
 }
 
+// Upstream PR #896's gauges, with konn's meaning: a CONNECT tunnel whose queue towards its client
+// holds its full mark (half the tunnel's cap here), and an agent stream (without konn's flow
+// control) not read because its clients are behind. Both go back to 0 when the client leaves.
+TEST_CASE("metrics: full_frontend_write_queues and blocked_frontend_write_channels follow a "
+          "stalled CONNECT client",
+          "[e2e][ha][metrics]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  // --stalled-client-timeout=0: the stalled tunnel stays, so the gauges can be read while it is.
+  FleetServer s(certs, "write-queues",
+                {"--xfr-channel-size=4", "--mode=http-connect", "--stalled-client-timeout=0",
+                 "--frontend-write-channel-size=10"});
+  s.start();
+  auto scrape = s.metrics();
+  REQUIRE(scrape.errors.empty());
+  for (const char* name : {"full_frontend_write_queues", "blocked_frontend_write_channels"}) {
+    INFO(name);
+    REQUIRE(scrape.families.count(kServer + name) == 1);
+    CHECK(scrape.families.at(kServer + name).type == "gauge");
+    CHECK(scrape.value(kServer + name) == 0);
+  }
+  FakeAgent agent(s.agent_port(), certs, {});
+  REQUIRE(agent.wait_connected(10s));
+  REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 10s));
+  ConnectClient client;
+  std::string status;
+  std::thread connecting([&] { status = client.connect(s.uds_path(), "10.1.2.3:80"); });
+  accept_dial(agent, 1);
+  connecting.join();
+  REQUIRE(status == "HTTP/1.1 200 Connection Established");
+  // The client reads nothing; the agent sends until the server stops reading its stream (its
+  // sends then block) or the server asks it to close.
+  std::thread flooder([&] { flood(agent, 1, 256 << 20); });
+  CHECK(eventually(
+      [&] {
+        return s.metric(kServer + "full_frontend_write_queues") == 1 &&
+               s.metric(kServer + "blocked_frontend_write_channels") == 1;
+      },
+      20s));
+  // The client leaves: the server closes the tunnel (CLOSE_REQ), reads the agent again, and
+  // neither gauge counts it any more.
+  client.socket.close();
+  CHECK(eventually(
+      [&] {
+        return s.metric(kServer + "full_frontend_write_queues") == 0 &&
+               s.metric(kServer + "blocked_frontend_write_channels") == 0;
+      },
+      20s));
+  flooder.join();
+  CHECK(s.metric(kServer + "tunnels_over_cap_total") == 0);
+}
+
 // reliability: proxy-server | gRPC client slower than its upstream-like agent (no flow control)
 // reliability+: | the agent's stream paused while 4 MiB wait for clients, resumed below 2 MiB |
 // reliability+: debug "agent stream paused" | every byte delivered, in order
