@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <algorithm>
 #include <optional>
 
 #include <spdlog/fmt/ranges.h>
@@ -119,7 +120,9 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("agent-cert", &agent_cert, "Client certificate presented to the proxy-server (mTLS)");
   p.add("agent-key", &agent_key, "Key of --agent-cert");
   p.add("alpn-proto", &alpn_protos,
-        "Extra ALPN ids to offer (accepted; gRPC C++ 1.51 offers only h2, so they are ignored)");
+        "ALPN ids offered to the proxy-servers, in this order, then h2 unless listed (the "
+        "server must pick h2); tells apart proxy and apiserver connections that share an "
+        "address");
   p.add("agent-id", &agent_id, "Agent id sent to the server");
   p.set_default_text("agent-id", "$PROXY_AGENT_ID or a random UUID");
   p.add("agent-identifiers", &agent_identifiers,
@@ -238,6 +241,12 @@ std::vector<std::string> AgentOptions::validate() const {
     errors.push_back("--agent-cert and --agent-key: set both or neither");
   }
   if (agent_id.empty()) errors.push_back("--agent-id: must not be empty");
+  for (const auto& id : alpn_protos) {
+    // Go's client refuses the same lists at every handshake: an agent that could never connect.
+    if (id.empty() || id.size() > 255) {
+      errors.push_back("--alpn-proto: \"" + id + "\" is not an ALPN id (1 to 255 bytes)");
+    }
+  }
   for (auto& e : validate_agent_identifiers(agent_identifiers)) errors.push_back(std::move(e));
   if (sync_interval.count() <= 0) errors.push_back("--sync-interval: must be positive");
   if (sync_interval_cap < sync_interval) {
@@ -317,8 +326,7 @@ void AgentOptions::print(spdlog::logger& log) const {
              fmt::join(node_to_control_plane_listen, ","), max_node_to_control_plane_connections);
   }
   if (!alpn_protos.empty()) {
-    log.warn("--alpn-proto {} ignored: gRPC C++ 1.51 offers only the h2 ALPN id",
-             fmt::join(alpn_protos, ","));
+    log.info("ALPN offered to the proxy-servers: {}", fmt::join(alpn_offered(), ","));
   }
   if (count_server_leases) {
     log.info(
@@ -327,6 +335,13 @@ void AgentOptions::print(spdlog::logger& log) const {
         lease_label_selector, lease_namespace, format_go_duration(lease_poll_interval),
         server_count_source);
   }
+}
+
+std::vector<std::string> AgentOptions::alpn_offered() const {
+  if (alpn_protos.empty()) return {};
+  std::vector<std::string> out = alpn_protos;
+  if (std::find(out.begin(), out.end(), "h2") == out.end()) out.push_back("h2");
+  return out;
 }
 
 EgressProxyConfig AgentOptions::egress_proxy() const {

@@ -40,7 +40,7 @@ struct AgentOptions {
   std::string ca_cert;
   std::string agent_cert;
   std::string agent_key;
-  std::vector<std::string> alpn_protos;  // accepted; gRPC C++ 1.51 cannot offer extra ALPN ids
+  std::vector<std::string> alpn_protos;  // offered to the servers, h2 added (alpn_offered())
 
   // Identity.
   std::string agent_id;           // default: $PROXY_AGENT_ID, else a fresh UUID v4
@@ -121,6 +121,10 @@ struct AgentOptions {
   std::vector<std::string> validate() const;
   // One startup line with the effective settings; never the token.
   void print(spdlog::logger& log) const;
+  // The ALPN ids offered to each proxy-server, in order: --alpn-proto as given, then "h2" unless
+  // it is in the list (what upstream's gRPC-Go client offers with the same flag); empty without
+  // --alpn-proto (then "h2" alone is offered).
+  std::vector<std::string> alpn_offered() const;
   // The proxy decision from proxy_url and proxy_env; validate() has checked it.
   EgressProxyConfig egress_proxy() const;
 };

@@ -251,3 +251,16 @@ TEST_CASE("contention profiling needs --enable-profiling too, as upstream",
   CHECK(both.errors.empty());
   CHECK(both.options.enable_profiling);
 }
+
+TEST_CASE("agent --alpn-proto: the list offered, h2 added unless given", "[agent][options]") {
+  CHECK(parse({}).options.alpn_offered().empty());
+  auto two = parse({"--alpn-proto=konnectivity,x-test"});
+  CHECK(two.errors.empty());
+  CHECK(two.options.alpn_offered() == std::vector<std::string>{"konnectivity", "x-test", "h2"});
+  auto with_h2 = parse({"--alpn-proto=h2,konnectivity"});
+  CHECK(with_h2.options.alpn_offered() == std::vector<std::string>{"h2", "konnectivity"});
+  // An id OpenSSL cannot send (Go's client refuses it at every handshake). (Empty list items
+  // are dropped by the flag parser, as for every list flag.)
+  CHECK(mentions(parse({("--alpn-proto=" + std::string(256, 'x')).c_str()}).errors,
+                 "is not an ALPN id (1 to 255 bytes)"));
+}

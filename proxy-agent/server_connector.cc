@@ -140,6 +140,10 @@ class Attempt {
     if (!core::tls::prepare_client(transport->native_handle(), t_.host, true)) {
       co_return failed("TLS: cannot use the server name \"" + t_.host + "\"");
     }
+    if (!t_.alpn.empty() && !transport->offer_alpn(t_.alpn)) {
+      // validate() refuses ids OpenSSL cannot send: this does not happen.
+      co_return failed("TLS: OpenSSL refused the --alpn-proto list");
+    }
     deadline_.close = [tp = transport.get()] { tp->close(); };
     if (deadline_.expired) co_return timed_out("TLS handshake with " + target_);
     auto [ec] = co_await asio::async_initiate<decltype(use_nothrow), void(std::error_code)>(

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/ssl/context.hpp>
@@ -20,8 +21,11 @@ struct ServerConnectTarget {
   int port = 0;
   std::optional<EgressProxy> proxy;  // CONNECT host:port through it when set
   // Client context (make_server_client_context): trusted CA, client certificate and key. SNI and
-  // the certificate's name are checked against `host`; ALPN offers "h2" only.
+  // the certificate's name are checked against `host`.
   std::shared_ptr<asio::ssl::context> tls;
+  // The ALPN ids offered, in order (AgentOptions::alpn_offered); empty: "h2" only. The server
+  // must pick "h2".
+  std::vector<std::string> alpn;
   // --server-connect-timeout: bounds TCP connect, CONNECT and TLS handshake together.
   std::chrono::milliseconds timeout{20000};
 

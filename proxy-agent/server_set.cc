@@ -314,6 +314,7 @@ bool ServerSet::prepare_attempt(StreamConfig* config) {
   try {
     config->server.tls =
         make_server_client_context(options_.ca_cert, options_.agent_cert, options_.agent_key);
+    config->server.alpn = options_.alpn_offered();
   } catch (const std::exception& e) {
     KONN_LOG((&servers_logger()), warn, "TLS credentials: {}", e.what());
     return false;

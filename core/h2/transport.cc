@@ -193,6 +193,18 @@ void offer_h2_alpn(SSL* ssl) {
   SSL_set_alpn_protos(ssl, kH2, sizeof(kH2));
 }
 
+bool offer_alpn(SSL* ssl, const std::vector<std::string>& protos) {
+  std::string wire;
+  for (const auto& p : protos) {
+    if (p.empty() || p.size() > 255) return false;
+    wire += static_cast<char>(p.size());
+    wire += p;
+  }
+  // Exception: OpenSSL takes the wire bytes as unsigned char.
+  return SSL_set_alpn_protos(ssl, reinterpret_cast<const unsigned char*>(wire.data()),  // NOLINT
+                             static_cast<unsigned int>(wire.size())) == 0;
+}
+
 std::string alpn_selected(SSL* ssl) {
   const unsigned char* p = nullptr;
   unsigned int len = 0;

@@ -47,6 +47,9 @@ class Transport {
 void enable_h2_alpn(asio::ssl::context& ctx);
 // Client streams: offer "h2" only.
 void offer_h2_alpn(SSL* ssl);
+// Client streams: offer `protos`, in this order (none when empty). False if OpenSSL refused the
+// list (an id empty or longer than 255 bytes).
+bool offer_alpn(SSL* ssl, const std::vector<std::string>& protos);
 // The protocol ALPN chose on `ssl` ("" when none).
 std::string alpn_selected(SSL* ssl);
 
@@ -152,7 +155,7 @@ class TlsEngine {
 // the thread's buffer, every record OpenSSL holds in one call; OpenSSL reads ahead (one recv per
 // wake-up, not one per record header and body) and holds record buffers only while a record is
 // in flight (SSL_MODE_RELEASE_BUFFERS). A write runs SSL_write until the socket is full, then
-// waits for writability. A client transport offers ALPN "h2".
+// waits for writability. A client transport offers ALPN "h2", or the list given to offer_alpn().
 // A transport remembers a handshake that succeeded: later async_handshake calls complete at once.
 // So a client may handshake first, under its own deadline and with its own error reporting, and
 // then hand the transport to a Connection, whose start() does not handshake again.
@@ -170,8 +173,14 @@ class TlsTransport final : public Transport {
       done({});
       return;
     }
-    if (!server) offer_h2_alpn(engine_.ssl());
+    if (!server && !alpn_offered_) offer_h2_alpn(engine_.ssl());
     handshake_step(server, std::move(done));
+  }
+  // A client transport offers `protos` instead of "h2" alone (the handshake still fails unless
+  // the server picks "h2"). Call before async_handshake; false if OpenSSL refused the list.
+  bool offer_alpn(const std::vector<std::string>& protos) {
+    alpn_offered_ = core::h2::offer_alpn(engine_.ssl(), protos);
+    return alpn_offered_;
   }
   bool handshake_done() const { return handshake_done_; }
   void async_read(ReadHandler done) override {
@@ -291,6 +300,7 @@ class TlsTransport final : public Transport {
   Socket socket_;
   TlsEngine engine_;
   bool handshake_done_ = false;
+  bool alpn_offered_ = false;  // offer_alpn() set the list: async_handshake keeps it
   bool more_ = false;  // the last read filled the buffer: more is probably waiting
 };
 
