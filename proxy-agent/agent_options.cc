@@ -12,6 +12,7 @@
 #include "core/config/log_flags.h"
 #include "core/config/uuid.h"
 #include "core/config/validation.h"
+#include "core/kube/api_client.h"
 #include "core/net/url_escape.h"
 
 namespace konn::agent {
@@ -174,7 +175,9 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
         "konn: with --count-server-leases the Leases are watched; while no watch runs, they "
         "are listed again at most this far apart (backoff from 1s)");
   p.add("kubeconfig", &kubeconfig, "kubeconfig for the Lease list (empty: in-cluster)");
-  p.add("kube-api-content-type", &kube_api_content_type, "Accepted for compatibility");
+  p.add("kube-api-content-type", &kube_api_content_type,
+        "Content type upstream asks the apiserver for; konn's Lease list always uses "
+        "application/json, and a warning says so when another one is set");
   p.add("health-server-host", &health_server_host,
         "Bind address of /healthz, /readyz and /metrics (empty: all interfaces)");
   p.add("health-server-port", &health_server_port, "Port of the health listener (0: any)");
@@ -328,6 +331,7 @@ void AgentOptions::print(spdlog::logger& log) const {
   if (!alpn_protos.empty()) {
     log.info("ALPN offered to the proxy-servers: {}", fmt::join(alpn_offered(), ","));
   }
+  for (const auto& w : warnings()) log.warn("{}", w);
   if (count_server_leases) {
     log.info(
         "server count from Leases {} in {}, watched (listed every {} at most while no "
@@ -341,6 +345,15 @@ std::vector<std::string> AgentOptions::alpn_offered() const {
   if (alpn_protos.empty()) return {};
   std::vector<std::string> out = alpn_protos;
   if (std::find(out.begin(), out.end(), "h2") == out.end()) out.push_back("h2");
+  return out;
+}
+
+std::vector<std::string> AgentOptions::warnings() const {
+  std::vector<std::string> out;
+  if (auto w = core::kube::content_type_warning(kube_api_content_type, count_server_leases);
+      !w.empty()) {
+    out.push_back(w);
+  }
   return out;
 }
 

@@ -125,6 +125,9 @@ struct AgentOptions {
   // it is in the list (what upstream's gRPC-Go client offers with the same flag); empty without
   // --alpn-proto (then "h2" alone is offered).
   std::vector<std::string> alpn_offered() const;
+  // What print() logs as warnings: values upstream accepts that konn takes with a different or
+  // reduced meaning (each line names the flag). Call after validate() passed.
+  std::vector<std::string> warnings() const;
   // The proxy decision from proxy_url and proxy_env; validate() has checked it.
   EgressProxyConfig egress_proxy() const;
 };

@@ -264,3 +264,19 @@ TEST_CASE("agent --alpn-proto: the list offered, h2 added unless given", "[agent
   CHECK(mentions(parse({("--alpn-proto=" + std::string(256, 'x')).c_str()}).errors,
                  "is not an ALPN id (1 to 255 bytes)"));
 }
+
+TEST_CASE("agent --kube-api-content-type: a warning when protobuf is asked for and leases are "
+          "listed",
+          "[agent][options]") {
+  // Upstream's default is protobuf; konn lists Leases in JSON, and says so.
+  auto leases = parse({"--count-server-leases"});
+  REQUIRE(leases.errors.empty());
+  CHECK(mentions(leases.options.warnings(),
+                 "--kube-api-content-type=application/vnd.kubernetes.protobuf is not used: "
+                 "konn's apiserver calls (TokenReview, Lease) always use application/json"));
+  CHECK(parse({"--count-server-leases", "--kube-api-content-type=application/json"})
+            .options.warnings()
+            .empty());
+  // No apiserver call, nothing to say.
+  CHECK(parse({}).options.warnings().empty());
+}

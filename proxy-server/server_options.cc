@@ -9,6 +9,7 @@
 #include "core/config/log_flags.h"
 #include "core/config/uuid.h"
 #include "core/config/validation.h"
+#include "core/kube/api_client.h"
 #include "core/kube/lease.h"
 #include "core/kube/rate_limiter.h"
 #include "core/net/endpoint.h"
@@ -67,7 +68,9 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
   p.add("kubeconfig-burst", &kubeconfig_burst,
         "Requests the apiserver client may send at once before --kubeconfig-qps applies (0: "
         "client-go's 10; required when --kubeconfig-qps is positive)");
-  p.add("kube-api-content-type", &kube_api_content_type, "Content type for apiserver calls");
+  p.add("kube-api-content-type", &kube_api_content_type,
+        "Content type upstream asks the apiserver for; konn's calls (TokenReview, Lease) always "
+        "use application/json, and a warning says so when another one is set");
   p.add("proxy-strategies", &proxy_strategies,
         "Ordered backend selection strategies: default, destHost, defaultRoute");
   p.add("agent-choice", &agent_choice,
@@ -332,6 +335,11 @@ void ServerOptions::print(spdlog::logger& log) const {
 std::vector<std::string> ServerOptions::warnings() const {
   std::vector<std::string> out;
   if (auto w = core::tls::min_version_warning(tls_min_version); !w.empty()) out.push_back(w);
+  if (auto w = core::kube::content_type_warning(kube_api_content_type,
+                                                enable_lease_controller || !agent_namespace.empty());
+      !w.empty()) {
+    out.push_back(w);
+  }
   return out;
 }
 

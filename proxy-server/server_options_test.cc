@@ -313,6 +313,33 @@ TEST_CASE("contention profiling needs --enable-profiling too, as upstream", "[se
   CHECK(both.enable_profiling);
 }
 
+TEST_CASE("kube-api-content-type: a warning when protobuf is asked for and the apiserver is "
+          "called",
+          "[server]") {
+  const std::vector<std::string> base{"--uds-name=/tmp/s.sock", "--server-port=0",
+                                      "--cluster-cert=c", "--cluster-key=k"};
+  const std::vector<std::vector<std::string>> callers{
+      {"--enable-lease-controller"},
+      {"--agent-namespace=kube-system", "--agent-service-account=konnectivity-agent",
+       "--authentication-audience=system:konnectivity-server"}};
+  for (const auto& uses : callers) {
+    INFO(uses[0]);
+    auto args = base;
+    args.insert(args.end(), uses.begin(), uses.end());
+    ServerOptions o;
+    REQUIRE(parse(o, args).empty());
+    CHECK(mentions(o.warnings(),
+                   "--kube-api-content-type=application/vnd.kubernetes.protobuf is not used"));
+    args.push_back("--kube-api-content-type=application/json");
+    ServerOptions json;
+    REQUIRE(parse(json, args).empty());
+    CHECK(json.warnings().empty());
+  }
+  ServerOptions none;
+  REQUIRE(parse(none, base).empty());
+  CHECK(none.warnings().empty());
+}
+
 TEST_CASE("frontend-write-channel-size (upstream PR #896): 0 or more, unused", "[server]") {
   const std::vector<std::string> base{"--uds-name=/tmp/s.sock", "--server-port=0",
                                       "--cluster-cert=c", "--cluster-key=k"};

@@ -75,6 +75,13 @@ io::Awaitable<ApiResponse> exchange(asio::any_io_executor ex, const ApiTarget& t
 
 }  // namespace
 
+std::string content_type_warning(const std::string& content_type, bool calls_apiserver) {
+  if (!calls_apiserver || content_type == "application/json") return {};
+  return "--kube-api-content-type=" + content_type +
+         " is not used: konn's apiserver calls (TokenReview, Lease) always use application/json; "
+         "set --kube-api-content-type=application/json to silence this";
+}
+
 ApiTarget api_target_from(const RestConfig& config) {
   if (config.scheme != "https") {
     throw std::runtime_error(config.source + ": server " + config.server + " is not https");

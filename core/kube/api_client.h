@@ -37,6 +37,15 @@ struct ApiResponse {
 
 struct RestConfig;
 
+// konn's apiserver calls send and accept JSON only ("application/json"). Upstream's
+// --kube-api-content-type (default "application/vnd.kubernetes.protobuf") asks client-go for
+// protobuf; konn keeps JSON: its calls are few and small (a TokenReview per agent connection, a
+// Lease renewal every 15 s, a Lease list every few seconds), every built-in type is served as
+// JSON, and protobuf would need Kubernetes' generated schemas for a gain nobody could measure.
+// Returns the start-up warning for `content_type` when the daemon calls the apiserver
+// (`calls_apiserver`) and asked for anything but JSON; "" otherwise.
+std::string content_type_warning(const std::string& content_type, bool calls_apiserver);
+
 // The target described by a loaded kubeconfig (server URL, CA, client certificate, token, token
 // file, exec plugin, basic auth). Throws std::runtime_error naming what cannot be used.
 ApiTarget api_target_from(const RestConfig& config);
