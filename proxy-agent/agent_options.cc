@@ -165,12 +165,13 @@ void AgentOptions::register_flags(core::config::FlagParser& p) {
   p.add("warn-on-channel-limit", &warn_on_channel_limit, "Accepted for compatibility");
   p.add("count-server-leases", &count_server_leases,
         "Count the proxy-servers' valid Leases to know how many servers to connect to");
-  p.add("lease-namespace", &lease_namespace, "Namespace of the proxy-server Leases");
+  p.add("lease-namespace", &lease_namespace,
+        "Namespace of the proxy-server Leases (empty: every namespace, with a warning)");
   p.add("lease-label-selector", &lease_label_selector, "Label selector of proxy-server Leases");
   p.add("lease-label", &lease_label_selector, "Deprecated alias of --lease-label-selector");
   p.add("server-count-source", &server_count_source,
-        "default: the lease count when counting leases, else the servers' servercount; max: "
-        "the larger of both");
+        "default (or empty): the lease count when counting leases, else the servers' "
+        "servercount; max: the larger of both");
   p.add("lease-poll-interval", &lease_poll_interval,
         "konn: with --count-server-leases the Leases are watched; while no watch runs, they "
         "are listed again at most this far apart (backoff from 1s)");
@@ -258,7 +259,6 @@ std::vector<std::string> AgentOptions::validate() const {
                      format_go_duration(sync_interval_cap));
   }
   if (probe_interval.count() <= 0) errors.push_back("--probe-interval: must be positive");
-  if (keepalive_time.count() <= 0) errors.push_back("--keepalive-time: must be positive");
   if (server_connect_timeout < std::chrono::milliseconds(100)) {
     errors.push_back("--server-connect-timeout: must be at least 100ms");
   }
@@ -284,15 +284,16 @@ std::vector<std::string> AgentOptions::validate() const {
   if (max_node_to_control_plane_connections < 0) {
     errors.push_back("--max-node-to-control-plane-connections: must be 0 (no limit) or positive");
   }
-  if (server_count_source != "default" && server_count_source != "max") {
-    errors.push_back("--server-count-source: must be default or max, got \"" + server_count_source +
+  if (!server_count_source.empty() && server_count_source != "default" &&
+      server_count_source != "max") {
+    errors.push_back("--server-count-source: must be default, max or empty (default), got \"" +
+                     server_count_source +
                      "\"");
   }
   if (count_server_leases) {
     if (lease_label_selector.empty()) {
       errors.push_back("--lease-label-selector: must not be empty with --count-server-leases");
     }
-    if (lease_namespace.empty()) errors.push_back("--lease-namespace: must not be empty");
   }
   if (lease_poll_interval < std::chrono::seconds(1)) {
     errors.push_back("--lease-poll-interval: must be at least 1s");
@@ -350,6 +351,15 @@ std::vector<std::string> AgentOptions::alpn_offered() const {
 
 std::vector<std::string> AgentOptions::warnings() const {
   std::vector<std::string> out;
+  if (keepalive_time.count() <= 0) {
+    out.push_back("--keepalive-time=" + format_go_duration(keepalive_time) +
+                  ": pings every 30s, konn's floor (upstream's gRPC client raises it to 10s)");
+  }
+  if (count_server_leases && lease_namespace.empty()) {
+    out.push_back(
+        "--lease-namespace is empty: the Leases of every namespace are counted (upstream's "
+        "meaning); the agent's account needs to list Leases cluster-wide");
+  }
   if (auto w = core::kube::content_type_warning(kube_api_content_type, count_server_leases);
       !w.empty()) {
     out.push_back(w);

@@ -280,3 +280,28 @@ TEST_CASE("agent --kube-api-content-type: a warning when protobuf is asked for a
   // No apiserver call, nothing to say.
   CHECK(parse({}).options.warnings().empty());
 }
+
+TEST_CASE("agent values upstream accepts: accepted with its meaning and a warning",
+          "[agent][options]") {
+  // --server-count-source="": upstream's default.
+  auto empty_source = parse({"--server-count-source="});
+  CHECK(empty_source.errors.empty());
+  CHECK(mentions(parse({"--server-count-source=min"}).errors, "--server-count-source"));
+  // --keepalive-time 0 or less: gRPC-Go raises it to its floor; konn to its own, 30s.
+  for (const char* v : {"--keepalive-time=0s", "--keepalive-time=-5s"}) {
+    INFO(v);
+    auto p = parse({v});
+    CHECK(p.errors.empty());
+    CHECK(mentions(p.options.warnings(), "pings every 30s, konn's floor"));
+  }
+  // --lease-namespace="": the leases of every namespace, as upstream's client-go lists them.
+  auto all = parse({"--count-server-leases", "--lease-namespace=",
+                    "--kube-api-content-type=application/json"});
+  CHECK(all.errors.empty());
+  REQUIRE(all.options.warnings().size() == 1);
+  CHECK(mentions(all.options.warnings(), "the Leases of every namespace are counted"));
+  // What would spin or never connect stays refused.
+  CHECK(mentions(parse({"--sync-interval=0s"}).errors, "--sync-interval: must be positive"));
+  CHECK(mentions(parse({"--probe-interval=0s"}).errors, "--probe-interval: must be positive"));
+  CHECK(parse({}).options.warnings().empty());
+}

@@ -202,7 +202,10 @@ void ServerSet::set_lease_count(int64_t count) {
 bool ServerSet::want_more() const {
   std::lock_guard lock(mu_);
   if (draining_ || stopping_) return false;
-  return options_.sync_forever || static_cast<int64_t>(streams_.size()) < target_count_locked();
+  // A count of 0 or less (a server run with --server-count=0) means unknown: keep connecting to
+  // find servers, as upstream's agent does.
+  const int64_t target = target_count_locked();
+  return options_.sync_forever || target <= 0 || static_cast<int64_t>(streams_.size()) < target;
 }
 
 core::io::Awaitable<void> ServerSet::connect_loop() {
@@ -428,8 +431,9 @@ bool ServerSet::on_handshake(const std::shared_ptr<ServerStreamReactor>& s, cons
       streams_[h.server_id] = s;
       since_[h.server_id] = std::chrono::system_clock::now();
       note_locked(h.server_id, s->target(), h.server_id, "connected", false);
-      // Only a new distinct server updates the count (as upstream does since #774).
-      server_count_ = std::max<int64_t>(1, h.server_count);
+      // Only a new distinct server updates the count (as upstream does since #774). 0 or less
+      // is kept: the count is unknown (want_more).
+      server_count_ = h.server_count;
       // An attempt under way when the drain began: the stream is kept, as upstream keeps it,
       // and told at once. drain() sent DRAIN to the streams registered before it.
       drain_it = draining_;

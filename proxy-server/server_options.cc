@@ -79,7 +79,10 @@ void ServerOptions::register_flags(core::config::FlagParser& p) {
         "random (upstream's uniform choice); draining agents only when no other matches");
   p.add("server-id", &server_id, "Unique id of this server");
   p.set_default_text("server-id", "$PROXY_SERVER_ID or a random UUID");
-  p.add("server-count", &server_count, "Number of proxy servers agents should connect to");
+  p.add("server-count", &server_count,
+        "Number of proxy servers agents should connect to (sent to them as servercount); 0 or "
+        "less, accepted as upstream does with a warning, tells them the count is unknown, so "
+        "they keep connecting every --sync-interval to find servers");
   p.add("enable-lease-controller", &enable_lease_controller, "Publish a Lease for this server");
   p.add("lease-namespace", &lease_namespace, "Namespace of server Leases");
   p.add("lease-label", &lease_label, "Labels (k=v,...) set on this server's Lease");
@@ -225,7 +228,6 @@ std::vector<std::string> ServerOptions::validate() const {
     errors.push_back("--agent-choice: unknown choice \"" + agent_choice +
                      "\" (want least-loaded, random)");
   }
-  if (server_count < 1) errors.push_back("--server-count: must be at least 1");
   if (enable_lease_controller) {
     std::vector<std::string> label_errors;
     auto labels = core::kube::parse_label_set(lease_label, &label_errors);
@@ -335,6 +337,17 @@ void ServerOptions::print(spdlog::logger& log) const {
 std::vector<std::string> ServerOptions::warnings() const {
   std::vector<std::string> out;
   if (auto w = core::tls::min_version_warning(tls_min_version); !w.empty()) out.push_back(w);
+  if (server_count < 1) {
+    out.push_back("--server-count=" + std::to_string(server_count) +
+                  ": agents are told the number of servers is unknown and keep connecting every "
+                  "--sync-interval to find more, as with --sync-forever (upstream's meaning)");
+  }
+  if (enable_lease_controller) {
+    std::vector<std::string> ignored;
+    std::vector<std::string> label_warnings;
+    core::kube::parse_label_set(lease_label, &ignored, &label_warnings);
+    for (const auto& w : label_warnings) out.push_back("--lease-label: " + w);
+  }
   if (auto w = core::kube::content_type_warning(kube_api_content_type,
                                                 enable_lease_controller || !agent_namespace.empty());
       !w.empty()) {

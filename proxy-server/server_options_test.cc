@@ -69,14 +69,13 @@ TEST_CASE("every invalid server option is reported, naming the flag", "[server]"
   auto errors = parse(
       o, {"--mode=udp", "--uds-name=/tmp/s.sock", "--server-port=8090",
           "--agent-namespace=kube-system", "--xfr-channel-size=0",
-          "--proxy-strategies=default,nearest", "--server-count=0", "--keepalive-time=forever"});
+          "--proxy-strategies=default,nearest", "--keepalive-time=forever"});
   CHECK(mentions(errors, "--mode"));
   CHECK(mentions(errors, "--server-port: must be 0"));
   CHECK(mentions(errors, "--cluster-cert"));
   CHECK(mentions(errors, "set all three"));
   CHECK(mentions(errors, "--xfr-channel-size"));
   CHECK(mentions(errors, "nearest"));
-  CHECK(mentions(errors, "--server-count"));
   CHECK(mentions(errors, "--keepalive-time: invalid duration"));
 }
 
@@ -361,4 +360,40 @@ TEST_CASE("frontend-write-channel-size (upstream PR #896): 0 or more, unused", "
   word.push_back("--frontend-write-channel-size=many");
   ServerOptions not_int;
   CHECK(mentions(parse(not_int, word), "frontend-write-channel-size"));
+}
+
+TEST_CASE("values upstream accepts are accepted with its meaning and a warning", "[server]") {
+  const std::vector<std::string> base{"--uds-name=/tmp/s.sock", "--server-port=0",
+                                      "--cluster-cert=c", "--cluster-key=k"};
+  SECTION("--server-count 0 or less: agents are told the count is unknown") {
+    for (const char* v : {"--server-count=0", "--server-count=-1"}) {
+      INFO(v);
+      auto args = base;
+      args.push_back(v);
+      ServerOptions o;
+      CHECK(parse(o, args).empty());
+      CHECK(mentions(o.warnings(), "agents are told the number of servers is unknown"));
+    }
+  }
+  SECTION("--lease-label with a key twice: the last value, as upstream's ParseLabels") {
+    auto args = base;
+    args.insert(args.end(), {"--enable-lease-controller", "--lease-label=k8s-app=a,k8s-app=b"});
+    ServerOptions o;
+    CHECK(parse(o, args).empty());
+    CHECK(mentions(o.warnings(),
+                   "--lease-label: label key \"k8s-app\" given twice: the last value, \"b\""));
+  }
+  SECTION("what upstream refuses stays refused") {
+    // ParseLabels refuses an empty or blank label set: nothing to find the leases by.
+    for (const char* v : {"--lease-label=", "--lease-label= "}) {
+      INFO(v);
+      auto args = base;
+      args.insert(args.end(), {"--enable-lease-controller", v});
+      ServerOptions o;
+      CHECK(mentions(parse(o, args), "--lease-label: at least one label"));
+    }
+  }
+  ServerOptions plain;
+  REQUIRE(parse(plain, base).empty());
+  CHECK(plain.warnings().empty());
 }

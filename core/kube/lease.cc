@@ -260,7 +260,8 @@ bool lease_valid(const Lease& lease, SystemTime now) {
   return *last + std::chrono::seconds(*lease.lease_duration_seconds) > now;
 }
 
-Labels parse_label_set(std::string_view text, std::vector<std::string>* errors) {
+Labels parse_label_set(std::string_view text, std::vector<std::string>* errors,
+                       std::vector<std::string>* warnings) {
   Labels out;
   text = trim(text);
   if (text.empty()) return out;
@@ -281,10 +282,12 @@ Labels parse_label_set(std::string_view text, std::vector<std::string>* errors) 
         errors->push_back("label key \"" + std::string(key) + "\" is not a valid label key");
       } else if (!value.empty() && !valid_label_name(value)) {
         errors->push_back("label value \"" + std::string(value) + "\" is not a valid label value");
-      } else if (out.count(std::string(key)) != 0) {
-        errors->push_back("label key \"" + std::string(key) + "\" given twice");
       } else {
-        out[std::string(key)] = std::string(value);
+        auto [it, added] = out.insert_or_assign(std::string(key), std::string(value));
+        if (!added && warnings != nullptr) {
+          warnings->push_back("label key \"" + it->first + "\" given twice: the last value, \"" +
+                              it->second + "\", is used");
+        }
       }
     }
     if (comma == std::string_view::npos) break;
@@ -321,9 +324,14 @@ LeaseClient::LeaseClient(ApiTarget target, std::string lease_namespace,
                          std::chrono::milliseconds timeout)
     : target_(std::move(target)), namespace_(std::move(lease_namespace)), timeout_(timeout) {}
 
-std::string LeaseClient::collection() const {
-  return "/apis/coordination.k8s.io/v1/namespaces/" + query_escape(namespace_) + "/leases";
+std::string lease_collection_path(const std::string& lease_namespace) {
+  // No namespace: every namespace's leases (upstream's agent with --lease-namespace="" lists
+  // them so).
+  if (lease_namespace.empty()) return "/apis/coordination.k8s.io/v1/leases";
+  return "/apis/coordination.k8s.io/v1/namespaces/" + query_escape(lease_namespace) + "/leases";
 }
+
+std::string LeaseClient::collection() const { return lease_collection_path(namespace_); }
 
 io::Awaitable<LeaseClient::Result> LeaseClient::call(asio::any_io_executor ex, std::string method,
                                                      std::string path, std::string body) const {

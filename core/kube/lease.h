@@ -67,11 +67,18 @@ bool lease_valid(const Lease& lease, SystemTime now);
 // A label *set* ("k8s-app=konnectivity-server,tier=cp") as --lease-label takes it. Keys and
 // values follow Kubernetes' syntax (an optional DNS-subdomain prefix and '/', then a name of at
 // most 63 characters). Appends one message per problem to `errors` and returns what parsed.
-Labels parse_label_set(std::string_view text, std::vector<std::string>* errors);
+// A key given twice keeps its last value, as upstream's ParseLabels does, with a line in
+// `warnings` (when given) naming it.
+Labels parse_label_set(std::string_view text, std::vector<std::string>* errors,
+                       std::vector<std::string>* warnings = nullptr);
 // "a=b,c=d", keys sorted (labels.FormatLabels): also a selector matching exactly that set.
 std::string format_label_set(const Labels& labels);
 // Percent-encoding for a URL query value (RFC 3986 unreserved characters kept).
 std::string query_escape(std::string_view text);
+
+// The Lease collection's path for `lease_namespace`; "" gives every namespace's (a list or a
+// watch across the cluster, as client-go's Leases("") does).
+std::string lease_collection_path(const std::string& lease_namespace);
 
 // Lease calls on one namespace, each one HTTPS request bounded by `timeout`. Meant to run on an
 // io_context that carries no tunnel (a token refresh may run an exec plugin).

@@ -76,8 +76,23 @@ TEST_CASE("label sets: upstream syntax, sorted formatting, every error named", "
   CHECK(errors.empty());
   CHECK(format_label_set(set) == "example.com/tier=cp,k8s-app=konnectivity-server");
   CHECK(parse_label_set("", &errors).empty());
-  parse_label_set("novalue,a==b,-bad=x,UPPER.example/x=y,a=b,a=c,k=v v", &errors);
-  CHECK(errors.size() == 6);
+  parse_label_set("novalue,a==b,-bad=x,UPPER.example/x=y,k=v v", &errors);
+  CHECK(errors.size() == 5);
+  // A key given twice: upstream's ParseLabels keeps the last value; konn too, with a warning.
+  errors.clear();
+  std::vector<std::string> warnings;
+  auto twice = parse_label_set("a=b,tier=cp,a=c", &errors, &warnings);
+  CHECK(errors.empty());
+  CHECK(format_label_set(twice) == "a=c,tier=cp");
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0] == "label key \"a\" given twice: the last value, \"c\", is used");
   CHECK(query_escape("k8s-app=konnectivity-server,a!=b") ==
         "k8s-app%3Dkonnectivity-server%2Ca%21%3Db");
+}
+
+TEST_CASE("lease collection: one namespace, or every namespace when none is given",
+          "[kube][lease]") {
+  CHECK(lease_collection_path("kube-system") ==
+        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases");
+  CHECK(lease_collection_path("") == "/apis/coordination.k8s.io/v1/leases");
 }
