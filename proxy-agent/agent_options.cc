@@ -1,10 +1,10 @@
 #include "proxy-agent/agent_options.h"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
-#include <algorithm>
 #include <optional>
 
 #include <spdlog/fmt/ranges.h>
@@ -287,8 +287,7 @@ std::vector<std::string> AgentOptions::validate() const {
   if (!server_count_source.empty() && server_count_source != "default" &&
       server_count_source != "max") {
     errors.push_back("--server-count-source: must be default, max or empty (default), got \"" +
-                     server_count_source +
-                     "\"");
+                     server_count_source + "\"");
   }
   if (count_server_leases) {
     if (lease_label_selector.empty()) {

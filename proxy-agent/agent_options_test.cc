@@ -265,9 +265,10 @@ TEST_CASE("agent --alpn-proto: the list offered, h2 added unless given", "[agent
                  "is not an ALPN id (1 to 255 bytes)"));
 }
 
-TEST_CASE("agent --kube-api-content-type: a warning when protobuf is asked for and leases are "
-          "listed",
-          "[agent][options]") {
+TEST_CASE(
+    "agent --kube-api-content-type: a warning when protobuf is asked for and leases are "
+    "listed",
+    "[agent][options]") {
   // Upstream's default is protobuf; konn lists Leases in JSON, and says so.
   auto leases = parse({"--count-server-leases"});
   REQUIRE(leases.errors.empty());
@@ -295,8 +296,8 @@ TEST_CASE("agent values upstream accepts: accepted with its meaning and a warnin
     CHECK(mentions(p.options.warnings(), "pings every 30s, konn's floor"));
   }
   // --lease-namespace="": the leases of every namespace, as upstream's client-go lists them.
-  auto all = parse({"--count-server-leases", "--lease-namespace=",
-                    "--kube-api-content-type=application/json"});
+  auto all = parse(
+      {"--count-server-leases", "--lease-namespace=", "--kube-api-content-type=application/json"});
   CHECK(all.errors.empty());
   REQUIRE(all.options.warnings().size() == 1);
   CHECK(mentions(all.options.warnings(), "the Leases of every namespace are counted"));

@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include <asio/steady_timer.hpp>
 #include <asio/execution/context.hpp>
 #include <asio/query.hpp>
+#include <asio/steady_timer.hpp>
 #include <openssl/ssl.h>
 
 #include "core/admin/status_page.h"

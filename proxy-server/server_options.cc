@@ -348,8 +348,8 @@ std::vector<std::string> ServerOptions::warnings() const {
     core::kube::parse_label_set(lease_label, &ignored, &label_warnings);
     for (const auto& w : label_warnings) out.push_back("--lease-label: " + w);
   }
-  if (auto w = core::kube::content_type_warning(kube_api_content_type,
-                                                enable_lease_controller || !agent_namespace.empty());
+  if (auto w = core::kube::content_type_warning(
+          kube_api_content_type, enable_lease_controller || !agent_namespace.empty());
       !w.empty()) {
     out.push_back(w);
   }

@@ -66,10 +66,9 @@ TEST_CASE("server id defaults to PROXY_SERVER_ID, else a UUID", "[server]") {
 
 TEST_CASE("every invalid server option is reported, naming the flag", "[server]") {
   ServerOptions o;
-  auto errors = parse(
-      o, {"--mode=udp", "--uds-name=/tmp/s.sock", "--server-port=8090",
-          "--agent-namespace=kube-system", "--xfr-channel-size=0",
-          "--proxy-strategies=default,nearest", "--keepalive-time=forever"});
+  auto errors = parse(o, {"--mode=udp", "--uds-name=/tmp/s.sock", "--server-port=8090",
+                          "--agent-namespace=kube-system", "--xfr-channel-size=0",
+                          "--proxy-strategies=default,nearest", "--keepalive-time=forever"});
   CHECK(mentions(errors, "--mode"));
   CHECK(mentions(errors, "--server-port: must be 0"));
   CHECK(mentions(errors, "--cluster-cert"));
@@ -109,8 +108,8 @@ TEST_CASE("TLS suites and versions are checked like upstream, and never weakened
                       "--cluster-key=k", std::string("--tls-min-version=") + v})
               .empty());
     CHECK(old.openssl_min_version() == TLS1_2_VERSION);
-    CHECK(mentions(old.warnings(), std::string("--tls-min-version=") + v +
-                                       " is below TLS 1.2 and insecure"));
+    CHECK(mentions(old.warnings(),
+                   std::string("--tls-min-version=") + v + " is below TLS 1.2 and insecure"));
   }
 }
 

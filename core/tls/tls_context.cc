@@ -1,13 +1,12 @@
 #include "core/tls/tls_context.h"
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-
 #include <algorithm>
 #include <stdexcept>
 
 #include <asio/ip/address.hpp>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 namespace konn::core::tls {
 namespace {
@@ -110,8 +109,7 @@ std::shared_ptr<asio::ssl::context> make_server_context(const ServerTlsConfig& c
   ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
                    asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
                    asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
-  SSL_CTX_set_min_proto_version(ctx->native_handle(),
-                                std::max(config.min_version, TLS1_2_VERSION));
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), std::max(config.min_version, TLS1_2_VERSION));
   try {
     ctx->use_certificate_chain_file(config.cert_file);
   } catch (const std::system_error& e) {

@@ -38,7 +38,8 @@ struct ServerTlsConfig {
   int min_version = 0;
 };
 
-// Builds a TLS 1.2+ server context (TLS 1.3+ with min_version = TLS1_3_VERSION). Throws std::runtime_error naming the file that failed.
+// Builds a TLS 1.2+ server context (TLS 1.3+ with min_version = TLS1_3_VERSION). Throws
+// std::runtime_error naming the file that failed.
 std::shared_ptr<asio::ssl::context> make_server_context(const ServerTlsConfig& config);
 
 }  // namespace konn::core::tls

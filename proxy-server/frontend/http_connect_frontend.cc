@@ -407,11 +407,11 @@ class ConnectSession : public Frontend,
     // Where this tunnel's queue towards the client counts as full (full_frontend_write_queues):
     // half the credit window with konn's flow control (the agent soon stops sending for this
     // tunnel alone); otherwise the level at which this tunnel alone stops the agent's stream.
-    full_mark_ = flow_control_ ? static_cast<size_t>(core::tunnel::kTunnelWindow / 2)
-                               : static_cast<size_t>(std::min<int64_t>(
-                                     Backend::kClientBacklogHigh,
-                                     static_cast<int64_t>(
-                                         router_.options().tunnel_queue_cap_bytes() / 2)));
+    full_mark_ = flow_control_
+                     ? static_cast<size_t>(core::tunnel::kTunnelWindow / 2)
+                     : static_cast<size_t>(std::min<int64_t>(
+                           Backend::kClientBacklogHigh,
+                           static_cast<int64_t>(router_.options().tunnel_queue_cap_bytes() / 2)));
     if (auto refused = router_.add_pending(random_, this->shared_from_this(), *backend_)) {
       co_await reply_and_close(refused->http_status,
                                "Failed to tunnel dial request: " + refused->error);

@@ -6,11 +6,10 @@
 #include <string>
 #include <thread>
 
-#include <catch2/catch.hpp>
-
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/ssl.hpp>
+#include <catch2/catch.hpp>
 #include <openssl/ssl.h>
 
 #include "core/tls/tls_context.h"
@@ -109,15 +108,12 @@ std::string offered_by_agent(const std::vector<std::string>& args) {
   AlpnRecorder recorder;
   konn::testsupport::ProcessOptions o;
   o.binary = "proxy-agent";
-  o.args = {"--proxy-server-host=127.0.0.1",
-            "--proxy-server-port=" + std::to_string(recorder.port()),
-            "--ca-cert=" + certs.ca_crt,
-            "--agent-cert=" + certs.agent_crt,
-            "--agent-key=" + certs.agent_key,
-            "--health-server-port=0",
-            "--admin-server-port=0",
-            "--sync-interval=100ms",
-            "--sync-interval-cap=1s"};
+  o.args = {
+      "--proxy-server-host=127.0.0.1",  "--proxy-server-port=" + std::to_string(recorder.port()),
+      "--ca-cert=" + certs.ca_crt,      "--agent-cert=" + certs.agent_crt,
+      "--agent-key=" + certs.agent_key, "--health-server-port=0",
+      "--admin-server-port=0",          "--sync-interval=100ms",
+      "--sync-interval-cap=1s"};
   o.args.insert(o.args.end(), args.begin(), args.end());
   konn::testsupport::Process agent(std::move(o));
   const bool seen = eventually([&] { return !recorder.offered().empty(); }, 20s);

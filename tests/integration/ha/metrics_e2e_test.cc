@@ -380,9 +380,10 @@ TEST_CASE("metrics: a tunnel whose client takes nothing is closed alone and the 
 // Upstream PR #896's gauges, with konn's meaning: a CONNECT tunnel whose queue towards its client
 // holds its full mark (half the tunnel's cap here), and an agent stream (without konn's flow
 // control) not read because its clients are behind. Both go back to 0 when the client leaves.
-TEST_CASE("metrics: full_frontend_write_queues and blocked_frontend_write_channels follow a "
-          "stalled CONNECT client",
-          "[e2e][ha][metrics]") {
+TEST_CASE(
+    "metrics: full_frontend_write_queues and blocked_frontend_write_channels follow a "
+    "stalled CONNECT client",
+    "[e2e][ha][metrics]") {
   KONN_REQUIRE_DAEMONS();
   const auto& certs = konn::testsupport::test_certs();
   // --stalled-client-timeout=0: the stalled tunnel stays, so the gauges can be read while it is.

@@ -32,8 +32,8 @@ std::string handshake(uint16_t port, const std::string& version,
   o.binary = "sh";
   o.search_path = true;
   o.args = {"-c", "sleep 1 | openssl s_client " + version + " -alpn h2,http/1.1 -cert " +
-                      certs.client_crt + " -key " + certs.client_key + " -connect 127.0.0.1:" +
-                      std::to_string(port) +
+                      certs.client_crt + " -key " + certs.client_key +
+                      " -connect 127.0.0.1:" + std::to_string(port) +
                       " 2>&1 | grep -o 'New, [^,]*, Cipher is [^ ]*' | head -1"};
   return konn::testsupport::run_process(o, 10s).output;
 }
@@ -118,12 +118,12 @@ TEST_CASE("tls-min-version VersionTLS10 starts with a warning and keeps TLS 1.2 
             "negotiates below TLS 1.2, so TLS 1.2 is the floor") == 1);
   for (uint16_t port : {server.agent_port(), server.frontend_port()}) {
     INFO("port " << port);
-    CHECK(konn::testsupport::eventually(
-        [&] { return agreed(port, "-tls1_2", "TLSv1.2", certs); }, 20s));
+    CHECK(konn::testsupport::eventually([&] { return agreed(port, "-tls1_2", "TLSv1.2", certs); },
+                                        20s));
     // SECLEVEL=0: OpenSSL 3's client would not offer TLS 1.1 otherwise, and the check would pass
     // whatever the server did.
-    CHECK(handshake(port, "-tls1_1 -cipher DEFAULT:@SECLEVEL=0", certs)
-              .find("Cipher is (NONE)") != std::string::npos);
+    CHECK(handshake(port, "-tls1_1 -cipher DEFAULT:@SECLEVEL=0", certs).find("Cipher is (NONE)") !=
+          std::string::npos);
   }
 }
 
@@ -134,8 +134,11 @@ TEST_CASE("insecure or unknown TLS settings stop the server with a message namin
           "[e2e][tls]") {
   konn::testsupport::ProcessOptions o;
   o.binary = konn::testsupport::Process::bin_path("proxy-server");
-  o.args = {"--uds-name=/tmp/konn-never.sock", "--server-port=0", "--cluster-cert=c",
-            "--cluster-key=k", "--cipher-suites=TLS_RSA_WITH_RC4_128_SHA",
+  o.args = {"--uds-name=/tmp/konn-never.sock",
+            "--server-port=0",
+            "--cluster-cert=c",
+            "--cluster-key=k",
+            "--cipher-suites=TLS_RSA_WITH_RC4_128_SHA",
             "--tls-min-version=VersionTLS9"};
   auto r = konn::testsupport::run_process(o, 10s);
   CHECK(r.exit_code == 2);  // a usage error
