@@ -64,10 +64,15 @@ bool valid_log_level(const std::string& level) {
 
 }  // namespace
 
-std::vector<std::string> validate_agent_identifiers(const std::string& query) {
+std::vector<std::string> validate_agent_identifiers(const std::string& query,
+                                                    std::vector<std::string>* warnings) {
   std::vector<std::string> errors;
+  // A value upstream accepts though it does not parse: sent as it is, with a warning.
+  std::vector<std::string> ignored;
+  std::vector<std::string>& odd = warnings != nullptr ? *warnings : ignored;
   if (query.empty()) return errors;
   const std::string flag = "--agent-identifiers: ";
+  const std::string kAsString = ": sent as is, it matches a dial to that exact host only";
   size_t start = 0;
   while (start <= query.size()) {
     size_t amp = query.find('&', start);
@@ -90,17 +95,20 @@ std::vector<std::string> validate_agent_identifiers(const std::string& query) {
     }
     if (*key == "ipv4") {
       if (!is_ipv4(*value))
-        errors.push_back(flag + "ipv4 \"" + *value + "\" is not an IPv4 address");
+        odd.push_back(flag + "ipv4 \"" + *value + "\" is not an IPv4 address" + kAsString);
     } else if (*key == "ipv6") {
       if (!is_ipv6(*value))
-        errors.push_back(flag + "ipv6 \"" + *value + "\" is not an IPv6 address");
+        odd.push_back(flag + "ipv6 \"" + *value + "\" is not an IPv6 address" + kAsString);
     } else if (*key == "cidr") {
-      if (!is_cidr(*value)) errors.push_back(flag + "cidr \"" + *value + "\" is not a CIDR block");
+      if (!is_cidr(*value)) {
+        odd.push_back(flag + "cidr \"" + *value + "\" is not a CIDR block: it matches no dial");
+      }
     } else if (*key == "host") {
-      if (value->empty()) errors.push_back(flag + "host must not be empty");
+      if (value->empty()) odd.push_back(flag + "an empty host matches no dial");
     } else if (*key == "default-route") {
       if (!is_go_bool(*value)) {
-        errors.push_back(flag + "default-route \"" + *value + "\" is not a boolean");
+        odd.push_back(flag + "default-route \"" + *value +
+                      "\" is not a boolean: the agent is not a default route");
       }
     } else {
       errors.push_back(flag + "unknown address type: " + *key +
@@ -354,6 +362,7 @@ std::vector<std::string> AgentOptions::warnings() const {
     out.push_back("--keepalive-time=" + format_go_duration(keepalive_time) +
                   ": pings every 30s, konn's floor (upstream's gRPC client raises it to 10s)");
   }
+  validate_agent_identifiers(agent_identifiers, &out);
   if (count_server_leases && lease_namespace.empty()) {
     out.push_back(
         "--lease-namespace is empty: the Leases of every namespace are counted (upstream's "

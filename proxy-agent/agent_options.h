@@ -133,7 +133,11 @@ struct AgentOptions {
 };
 
 // Checks an --agent-identifiers value: a URL query string whose keys are ipv4, ipv6, host, cidr
-// or default-route, with values of the matching syntax. Returns one message per problem.
-std::vector<std::string> validate_agent_identifiers(const std::string& query);
+// or default-route. Returns one message per error (escapes, separators, unknown keys: upstream
+// refuses them too). A value without the key's syntax (an ipv4 that is no address, a bad cidr,
+// an empty host, a default-route that is no boolean) is accepted as upstream accepts it, with a
+// message appended to `warnings` when given.
+std::vector<std::string> validate_agent_identifiers(const std::string& query,
+                                                    std::vector<std::string>* warnings = nullptr);
 
 }  // namespace konn::agent

@@ -68,16 +68,20 @@ std::optional<AgentIdentifiers> parse_agent_identifiers(std::string_view query, 
                                    net::UrlPart::QueryComponent);
     if (!key || !value) return fail("malformed percent-encoding in \"" + std::string(pair) + "\"");
     std::error_code ec;
+    // A value that does not parse is an error when `strict`; otherwise it is kept as the string
+    // it is (upstream's server keeps every value as a string: it matches a dial to that exact
+    // host, and a cidr that does not parse matches nothing), and a default-route that is no
+    // boolean is false, as strconv.ParseBool's error makes it upstream.
     if (*key == "host") {
-      if (value->empty()) return fail("host: empty value");
+      if (value->empty() && strict) return fail("host: empty value");
       ids.hosts.push_back(*value);
     } else if (*key == "ipv4") {
       asio::ip::make_address_v4(*value, ec);
-      if (ec) return fail("ipv4: \"" + *value + "\" is not an IPv4 address");
+      if (ec && strict) return fail("ipv4: \"" + *value + "\" is not an IPv4 address");
       ids.ipv4.push_back(*value);
     } else if (*key == "ipv6") {
       asio::ip::make_address_v6(*value, ec);
-      if (ec) return fail("ipv6: \"" + *value + "\" is not an IPv6 address");
+      if (ec && strict) return fail("ipv6: \"" + *value + "\" is not an IPv6 address");
       ids.ipv6.push_back(*value);
     } else if (*key == "cidr") {
       asio::ip::make_network_v4(*value, ec);
@@ -85,15 +89,20 @@ std::optional<AgentIdentifiers> parse_agent_identifiers(std::string_view query, 
         ec.clear();
         asio::ip::make_network_v6(*value, ec);
       }
-      if (ec) return fail("cidr: \"" + *value + "\" is not a CIDR block");
+      if (ec && strict) return fail("cidr: \"" + *value + "\" is not a CIDR block");
       ids.cidrs.push_back(*value);
     } else if (*key == "default-route") {
-      if (*value == "true" || *value == "1" || *value == "True" || *value == "TRUE") {
+      // strconv.ParseBool's spellings.
+      if (*value == "true" || *value == "1" || *value == "True" || *value == "TRUE" ||
+          *value == "t" || *value == "T") {
         ids.default_route = true;
-      } else if (*value == "false" || *value == "0" || *value == "False" || *value == "FALSE") {
+      } else if (*value == "false" || *value == "0" || *value == "False" || *value == "FALSE" ||
+                 *value == "f" || *value == "F") {
         ids.default_route = false;
-      } else {
+      } else if (strict) {
         return fail("default-route: \"" + *value + "\" is not a boolean");
+      } else {
+        ids.default_route = false;
       }
     } else if (strict) {
       return fail("unknown identifier key \"" + *key + "\" (want host, ipv4, ipv6, cidr, "

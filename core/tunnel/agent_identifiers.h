@@ -24,9 +24,11 @@ struct AgentIdentifiers {
   bool serves_host(std::string_view host) const;
 };
 
-// Parses the query string. Unknown keys are errors when `strict` (the agent validating its own
-// flag), ignored otherwise (the server reading a peer's header, as upstream does). Values are
-// percent-decoded; ipv4/ipv6/cidr values must parse. On error, `error` says which key and why.
+// Parses the query string. Unknown keys are errors when `strict`, ignored otherwise (the server
+// reading a peer's header, as upstream does). Values are percent-decoded; when `strict`,
+// ipv4/ipv6/cidr values must parse, hosts must not be empty and default-route must be a boolean;
+// otherwise such values are kept as strings (a default-route that is no boolean is false), as
+// upstream's server keeps them. On error, `error` says which key and why.
 std::optional<AgentIdentifiers> parse_agent_identifiers(std::string_view query, bool strict,
                                                         std::string* error = nullptr);
 

@@ -32,3 +32,23 @@ TEST_CASE("bad agent identifiers name the key", "[tunnel]") {
   CHECK_FALSE(parse_agent_identifiers("host=%zz", true, &err));
   CHECK_FALSE(parse_agent_identifiers("default-route=maybe", true, &err));
 }
+
+TEST_CASE("a server keeps identifier values that do not parse, as upstream's does", "[tunnel]") {
+  std::string err;
+  auto ids = parse_agent_identifiers(
+      "ipv4=node-a&ipv6=x&cidr=10.0.0.0/40&host=&default-route=maybe", false, &err);
+  REQUIRE(ids);
+  CHECK(ids->ipv4 == std::vector<std::string>{"node-a"});
+  CHECK(ids->ipv6 == std::vector<std::string>{"x"});
+  CHECK(ids->cidrs == std::vector<std::string>{"10.0.0.0/40"});
+  CHECK_FALSE(ids->default_route);
+  // Matched as strings: a dial to "node-a" finds it; the bad cidr matches nothing.
+  CHECK(ids->serves_host("node-a"));
+  CHECK_FALSE(ids->serves_host("10.0.0.1"));
+  // strconv.ParseBool's spellings.
+  CHECK(parse_agent_identifiers("default-route=t", true)->default_route);
+  CHECK(parse_agent_identifiers("default-route=T", false)->default_route);
+  CHECK_FALSE(parse_agent_identifiers("default-route=F", true)->default_route);
+  // Malformed escapes stay errors (upstream's url.ParseQuery refuses them too).
+  CHECK_FALSE(parse_agent_identifiers("host=%zz", false, &err));
+}

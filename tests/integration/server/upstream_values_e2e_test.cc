@@ -32,3 +32,18 @@ TEST_CASE("server-count 1: the agent stays with the one server it found", "[e2e]
   CHECK_FALSE(stack.server.wait_agent_connected("agent-1", 2s, 2));
   CHECK(stack.server.process().count_in_log("--server-count") == 0);
 }
+
+// reliability: proxy-agent | --agent-identifiers=ipv4=node-a&default-route=maybe (upstream:
+// reliability+: accepted) | started, identifiers sent as given; the server keeps them as strings |
+// reliability+: warn "--agent-identifiers: ipv4 "node-a" is not an IPv4 address: sent as is ..." |
+// reliability+: the agent connects to a konn server
+TEST_CASE("agent identifiers that do not parse: a warning, and a konn server takes the agent",
+          "[e2e][options]") {
+  KONN_REQUIRE_DAEMONS();
+  konn::e2e::AgentSpec agent;
+  agent.extra_args = {"--agent-identifiers=ipv4=node-a&default-route=maybe"};
+  konn::e2e::TunnelStack stack({}, agent);  // throws unless the server took the agent
+  CHECK(stack.agent->count_in_log(
+            "--agent-identifiers: ipv4 \"node-a\" is not an IPv4 address: sent as is") == 1);
+  CHECK(stack.server.process().count_in_log("rejected: bad agentidentifiers") == 0);
+}
