@@ -83,10 +83,10 @@ struct AuthFixture {
 }  // namespace
 
 // reliability: proxy-server | 8 agents reconnect at once, --kubeconfig-qps=2 --kubeconfig-burst=2
-// reliability+: | the apiserver sees at most 2 + 2/s TokenReviews; an agent whose turn would come
-// reliability+: after --authentication-timeout is refused without a call | warn "agent ...
-// rejected: reliability+: token review failed: client-side rate limit ..." | every agent admitted
-// on retry
+// reliability+: | an agent whose turn would come after --authentication-timeout is refused
+// reliability+: without an apiserver call, and retries | warn "agent ... rejected: token review
+// reliability+: failed: client-side rate limit ..." | the apiserver sees at most 2 + 2/s
+// reliability+: TokenReviews; every agent is admitted on retry
 TEST_CASE("the TokenReviews of an agent storm keep to --kubeconfig-qps and --kubeconfig-burst",
           "[e2e][auth][ratelimit]") {
   AuthFixture f;
