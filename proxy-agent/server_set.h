@@ -98,7 +98,7 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   };
   struct TunnelRow {
     std::string server_id;
-    EndpointConnection::Status status;
+    core::endpoint::EndpointConnection::Status status;
   };
   struct Status {
     std::vector<ServerRow> servers;

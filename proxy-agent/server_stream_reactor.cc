@@ -585,7 +585,7 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
     send(tunnel::make_dial_response(random, 0, error));
     return;
   }
-  EndpointSettings settings = config_.endpoint;
+  core::endpoint::EndpointSettings settings = config_.endpoint;
   std::string server_id;
   {
     std::lock_guard lock(mu_);
@@ -596,9 +596,9 @@ void ServerStreamReactor::handle_dial(const DialRequest& req) {
   int64_t id = table_->allocate_connect_id();
   // On the stream's own worker: packets between the two are passed on one thread, with no post.
   auto place = pool_.place_at(home_index_);
-  auto conn =
-      std::make_shared<EndpointConnection>(place.ctx, shared_from_this(), table_, id, random,
-                                           server_id, settings, stats_, std::move(place.lease));
+  auto conn = std::make_shared<core::endpoint::EndpointConnection>(
+      place.ctx, shared_from_this(), table_, id, random, server_id, settings, stats_,
+      std::move(place.lease));
   if (!table_->add_dial(random, conn)) {
     KONN_LOG((&stream_logger()), warn, "{}refusing dial {}: dial id {} already in use", log_prefix(),
              address, random);
@@ -623,9 +623,9 @@ void ServerStreamReactor::open_node_tunnel(asio::ip::tcp::socket socket,
   // Our dial ids: random, positive, as a konnectivity client's.
   thread_local std::mt19937_64 rng{std::random_device{}()};
   auto dial_id = static_cast<int64_t>((rng() >> 1) | 1);
-  auto conn = std::make_shared<EndpointConnection>(ctx, shared_from_this(), node_table_, 0, dial_id,
-                                                   "S" + server_id, config_.node_endpoint,
-                                                   config_.node_stats, std::move(lease));
+  auto conn = std::make_shared<core::endpoint::EndpointConnection>(
+      ctx, shared_from_this(), node_table_, 0, dial_id, "S" + server_id, config_.node_endpoint,
+      config_.node_stats, std::move(lease));
   if (!node_table_->add_dial(dial_id, conn)) {
     KONN_LOG((&stream_logger()), warn, "{}node-to-control-plane connection closed: the stream ended",
              log_prefix());

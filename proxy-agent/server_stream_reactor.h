@@ -10,14 +10,14 @@
 
 #include <asio/io_context.hpp>
 
+#include "core/endpoint/connection_table.h"
+#include "core/endpoint/endpoint_connection.h"
 #include "core/h2/connection.h"
 #include "core/io/asio_compat.h"
 #include "core/io/worker_pool.h"
 #include "core/tunnel/packet_stream.h"
 #include "proxy-agent/agent_stats.h"
-#include "proxy-agent/connection_table.h"
 #include "proxy-agent/egress_proxy.h"
-#include "proxy-agent/endpoint_connection.h"
 #include "proxy-agent/server_connector.h"
 
 namespace konn::agent {
@@ -32,13 +32,13 @@ struct StreamConfig {
   std::string agent_id;
   std::string agent_identifiers;  // sent always, maybe empty
   std::string token;              // raw file contents; empty: no authorization header
-  EndpointSettings endpoint;      // flow_control is decided per stream from the headers
+  core::endpoint::EndpointSettings endpoint;  // flow_control is decided per stream from the headers
   // --max-endpoint-connections (0: no limit), over every stream (AgentStats::endpoint_slots).
   int64_t max_endpoint_connections = 0;
   // Node to control plane: announce konn-node-to-control-plane (the agent has
   // --node-to-control-plane-listen addresses). Its tunnels count in `node_stats`.
   bool node_to_control_plane = false;
-  EndpointSettings node_endpoint;
+  core::endpoint::EndpointSettings node_endpoint;
   std::shared_ptr<AgentStats> node_stats;
 };
 
@@ -105,7 +105,7 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   // Endpoint connections of this stream (dialing or established).
   size_t connection_count() const { return table_->size(); }
   // The endpoint connections of this stream (the status page); any thread.
-  std::vector<std::shared_ptr<EndpointConnection>> connections() const {
+  std::vector<std::shared_ptr<core::endpoint::EndpointConnection>> connections() const {
     return table_->snapshot();
   }
   std::string server_id() const;
@@ -186,9 +186,11 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   const StreamConfig config_;
   core::io::WorkerPool& pool_;
   std::shared_ptr<AgentStats> stats_;
-  std::shared_ptr<ConnectionTable> table_ = std::make_shared<ConnectionTable>();
+  std::shared_ptr<core::endpoint::ConnectionTable> table_ =
+      std::make_shared<core::endpoint::ConnectionTable>();
   // Node-to-control-plane tunnels: by our dial id, then by the server's connectID.
-  std::shared_ptr<ConnectionTable> node_table_ = std::make_shared<ConnectionTable>();
+  std::shared_ptr<core::endpoint::ConnectionTable> node_table_ =
+      std::make_shared<core::endpoint::ConnectionTable>();
   HandshakeCallback on_handshake_;
   EndCallback on_end_;
 

@@ -4,22 +4,21 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
+#include <asio/steady_timer.hpp>
 #include <spdlog/logger.h>
 
-#include <asio/steady_timer.hpp>
-
+#include "core/endpoint/connection_table.h"
 #include "core/h2/listener.h"
 #include "core/tls/certificate_names.h"
 #include "core/tunnel/agent_identifiers.h"
 #include "core/tunnel/h2_server_stream.h"
 #include "konnectivity/agent.pb.h"
-#include "proxy-agent/connection_table.h"
 #include "proxy-server/backend/proxy_strategy.h"
 #include "proxy-server/tunnel/connection_table.h"
 
@@ -156,7 +155,7 @@ class Backend : public core::tunnel::H2ServerStream {
   ConnectionTable connections_;
   std::shared_ptr<std::atomic<size_t>> pending_dials_ = std::make_shared<std::atomic<size_t>>(0);
   // Node-to-control-plane tunnels of this stream; set in admit() when confirmed, then fixed.
-  std::shared_ptr<agent::ConnectionTable> node_table_;
+  std::shared_ptr<core::endpoint::ConnectionTable> node_table_;
   asio::io_context* home_ctx_ = nullptr;
   std::atomic<int64_t> client_backlog_{0};
   int64_t backlog_high_ = kClientBacklogHigh;  // set in serve(), then fixed

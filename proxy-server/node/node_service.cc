@@ -35,7 +35,7 @@ NodeService::NodeService(const ServerOptions& options, core::metrics::Registry& 
   settings_.half_close_timeout = options_.half_close_timeout;
 
   auto& r = registry.prometheus();
-  const agent::AgentStats& s = *stats_;
+  const core::endpoint::EndpointStats& s = *stats_;
   open_ = &prometheus::BuildGauge()
                .Name("konn_server_node_connections")
                .Help("Open node-to-control-plane tunnels (dialled for agents)")
@@ -60,9 +60,9 @@ NodeService::NodeService(const ServerOptions& options, core::metrics::Registry& 
                            "timeout, other connect errors (error), cancelled by the agent")
                        .Register(r);
   link(failures, {{"reason", "not_allowed"}},
-       s.dials_refused[agent::AgentStats::RefusedDestination]);
+       s.dials_refused[core::endpoint::EndpointStats::RefusedDestination]);
   link(failures, {{"reason", "limit"}},
-       s.limits_hit[agent::AgentStats::LimitEndpointConnections]);
+       s.limits_hit[core::endpoint::EndpointStats::LimitEndpointConnections]);
   link(failures, {{"reason", "timeout"}}, s.dial_timeouts);
   link(failures, {{"reason", "error"}}, s.dial_failures);
   link(failures, {{"reason", "cancelled"}}, s.dials_cancelled);
@@ -148,7 +148,7 @@ void NodeService::dial(const DialRequest& req,
   int64_t random = req.random();
   std::string address = req.address().empty() ? allowed.front() : req.address();
   if (req.protocol() != "tcp" || std::find(allowed.begin(), allowed.end(), address) == allowed.end()) {
-    stats_->dials_refused[agent::AgentStats::RefusedDestination].fetch_add(
+    stats_->dials_refused[core::endpoint::EndpointStats::RefusedDestination].fetch_add(
         1, std::memory_order_relaxed);
     if (uint64_t held = 0; refusals.allow(&held)) {
       KONN_LOG((&logger()), warn,
@@ -165,7 +165,7 @@ void NodeService::dial(const DialRequest& req,
   }
   int64_t max = options_.max_node_to_control_plane_connections;
   if (max > 0 && stats_->endpoint_slots.load(std::memory_order_relaxed) >= max) {
-    stats_->limits_hit[agent::AgentStats::LimitEndpointConnections].fetch_add(
+    stats_->limits_hit[core::endpoint::EndpointStats::LimitEndpointConnections].fetch_add(
         1, std::memory_order_relaxed);
     if (uint64_t held = 0; refusals.allow(&held)) {
       KONN_LOG((&logger()), warn,
@@ -181,13 +181,13 @@ void NodeService::dial(const DialRequest& req,
                                              ", --max-node-to-control-plane-connections)"));
     return;
   }
-  agent::EndpointSettings settings = settings_;
+  core::endpoint::EndpointSettings settings = settings_;
   settings.half_close = req.konnhalfclose();
   int64_t id = table->allocate_connect_id();
   auto place = pool_.place();
-  auto conn = std::make_shared<agent::EndpointConnection>(place.ctx, stream, table, id, random,
-                                                          "A" + agent.agent_id, settings, stats_,
-                                                          std::move(place.lease));
+  auto conn = std::make_shared<core::endpoint::EndpointConnection>(
+      place.ctx, stream, table, id, random, "A" + agent.agent_id, settings, stats_,
+      std::move(place.lease));
   if (!table->add_dial(random, conn)) {
     stream->send(node_dial_error(random, "dial tcp " + address + ": dial id already in use"));
     return;

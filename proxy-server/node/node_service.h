@@ -4,12 +4,12 @@
 #include <string>
 #include <vector>
 
+#include "core/endpoint/connection_table.h"
+#include "core/endpoint/endpoint_connection.h"
+#include "core/endpoint/endpoint_stats.h"
 #include "core/io/worker_pool.h"
 #include "core/metrics/metrics.h"
 #include "core/tunnel/packet_stream.h"
-#include "proxy-agent/agent_stats.h"
-#include "proxy-agent/connection_table.h"
-#include "proxy-agent/endpoint_connection.h"
 #include "proxy-server/server_options.h"
 
 namespace konn::server {
@@ -42,8 +42,8 @@ class NodeService {
     std::string identifiers;
   };
   // One agent stream's node tunnels.
-  using Table = std::shared_ptr<agent::ConnectionTable>;
-  static Table new_table() { return std::make_shared<agent::ConnectionTable>(); }
+  using Table = std::shared_ptr<core::endpoint::ConnectionTable>;
+  static Table new_table() { return std::make_shared<core::endpoint::ConnectionTable>(); }
   // A KONN_NODE_* packet from the agent, already turned into its forward twin (DIAL_REQ, DATA,
   // CLOSE_RSP for KONN_NODE_CLOSE, DIAL_CLS, KONN_WINDOW_UPDATE, KONN_CLOSE_WRITE).
   void handle(Packet&& p, const std::shared_ptr<core::tunnel::PacketStream>& stream,
@@ -53,15 +53,16 @@ class NodeService {
 
   // Copies the counters into the registry (call before serializing it).
   void update_metrics();
-  const agent::AgentStats& stats() const { return *stats_; }
+  const core::endpoint::EndpointStats& stats() const { return *stats_; }
 
  private:
   void dial(const DialRequest& req, const std::shared_ptr<core::tunnel::PacketStream>& stream,
             const Table& table, const Agent& agent);
 
   const ServerOptions& options_;
-  std::shared_ptr<agent::AgentStats> stats_ = std::make_shared<agent::AgentStats>();
-  agent::EndpointSettings settings_;
+  std::shared_ptr<core::endpoint::EndpointStats> stats_ =
+      std::make_shared<core::endpoint::EndpointStats>();
+  core::endpoint::EndpointSettings settings_;
   core::io::WorkerPool pool_;
 
   struct Link {

@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace konn::agent {
+namespace konn::core::endpoint {
 
 class EndpointConnection;
 
@@ -46,4 +46,4 @@ class ConnectionTable {
   bool closed_ = false;
 };
 
-}  // namespace konn::agent
+}  // namespace konn::core::endpoint

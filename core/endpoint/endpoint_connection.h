@@ -14,6 +14,7 @@
 #include <asio/steady_timer.hpp>
 #include <spdlog/logger.h>
 
+#include "core/endpoint/endpoint_stats.h"
 #include "core/io/asio_compat.h"
 #include "core/io/descriptor_reserve.h"
 #include "core/net/destination_policy.h"
@@ -23,9 +24,8 @@
 #include "core/tunnel/packet_stream.h"
 #include "core/tunnel/quiet_timer.h"
 #include "core/tunnel/socket_reader.h"
-#include "proxy-agent/agent_stats.h"
 
-namespace konn::agent {
+namespace konn::core::endpoint {
 
 class ConnectionTable;
 
@@ -60,7 +60,7 @@ struct EndpointSettings {
 };
 
 // One TCP connection the agent dialled for the server (an ANP "endpoint connection"), and the
-// queues between it and its server stream. Each one counts in AgentStats::endpoint_slots from
+// queues between it and its server stream. Each one counts in EndpointStats::endpoint_slots from
 // construction to destruction (--max-endpoint-connections). It lives on one io_context: every
 // public method may
 // be called from any thread (gRPC reactions) and only posts work there; everything else runs on
@@ -95,7 +95,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   EndpointConnection(asio::io_context& ctx, std::shared_ptr<core::tunnel::PacketStream> stream,
                      std::shared_ptr<ConnectionTable> table, int64_t connect_id, int64_t dial_id,
                      std::string server_id, const EndpointSettings& settings,
-                     std::shared_ptr<AgentStats> stats,
+                     std::shared_ptr<EndpointStats> stats,
                      core::io::DescriptorReserve::Lease lease = {});
   ~EndpointConnection() override;
 
@@ -210,19 +210,19 @@ class EndpointConnection : public core::tunnel::WriteListener,
   const int64_t dial_id_;
   const std::string server_id_;
   const EndpointSettings settings_;
-  std::shared_ptr<AgentStats> stats_;
-  std::string prefix_;  // rebuilt once with connect_id_
+  std::shared_ptr<EndpointStats> stats_;
+  std::string prefix_;                 // rebuilt once with connect_id_
   std::atomic<bool> accepted_{false};  // start_accepted(): we dial through the peer
 
   State state_ = State::Dialing;
   asio::ip::tcp::socket socket_;
   core::tunnel::SocketReader reader_;  // the read loop's (ctx_ only)
-  asio::steady_timer cancel_timer_;  // ends a dial: DIAL_CLS, or connect()'s deadline
-  asio::steady_timer gate_timer_;    // the paused read loop waits on it; resume cancels it
-  asio::steady_timer flush_timer_;   // bounds Closing
+  asio::steady_timer cancel_timer_;    // ends a dial: DIAL_CLS, or connect()'s deadline
+  asio::steady_timer gate_timer_;      // the paused read loop waits on it; resume cancels it
+  asio::steady_timer flush_timer_;     // bounds Closing
   bool dial_cancelled_ = false;
   bool dial_timed_out_ = false;  // connect(): the deadline passed first
-  bool reset_ = false;  // node direction, stream gone: the socket is closed with a reset
+  bool reset_ = false;           // node direction, stream gone: the socket is closed with a reset
   core::relay::ReadGate gate_;
   int64_t credit_ = 0;         // flow control: bytes we may still send
   std::deque<Packet> writes_;  // DATA from the server; the first write_count_ are being written
@@ -238,7 +238,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   // bytes move. Set in start(), before any DATA can arrive, then never changed.
   std::unique_ptr<core::tunnel::QuietTimer> quiet_;
   std::string close_reason_;
-  bool routine_close_ = false;  // CloseFlags::Routine was given
+  bool routine_close_ = false;         // CloseFlags::Routine was given
   std::atomic<uint64_t> bytes_up_{0};  // endpoint -> server (atomic: status() reads it)
   mutable std::mutex status_mu_;
   std::string destination_;  // under status_mu_: set by start() or start_accepted()
@@ -257,4 +257,4 @@ class EndpointConnection : public core::tunnel::WriteListener,
 
 const char* to_string(EndpointConnection::State s);
 
-}  // namespace konn::agent
+}  // namespace konn::core::endpoint

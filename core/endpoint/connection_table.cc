@@ -1,6 +1,6 @@
-#include "proxy-agent/connection_table.h"
+#include "core/endpoint/connection_table.h"
 
-namespace konn::agent {
+namespace konn::core::endpoint {
 
 int64_t ConnectionTable::allocate_connect_id() {
   std::lock_guard lock(mu_);
@@ -34,8 +34,7 @@ ConnectionTable::Ptr ConnectionTable::find_dial(int64_t dial_id) const {
   return it == by_dial_.end() ? nullptr : it->second;
 }
 
-void ConnectionTable::remove(int64_t dial_id, int64_t connect_id,
-                             const EndpointConnection* conn) {
+void ConnectionTable::remove(int64_t dial_id, int64_t connect_id, const EndpointConnection* conn) {
   Ptr dropped_dial;
   Ptr dropped_connect;  // released after the lock: a last reference may run a destructor
   std::lock_guard lock(mu_);
@@ -73,4 +72,4 @@ std::vector<ConnectionTable::Ptr> ConnectionTable::snapshot() const {
   return out;
 }
 
-}  // namespace konn::agent
+}  // namespace konn::core::endpoint

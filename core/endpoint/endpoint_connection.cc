@@ -1,16 +1,16 @@
-#include "proxy-agent/endpoint_connection.h"
+#include "core/endpoint/endpoint_connection.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "core/config/duration.h"
+#include "core/endpoint/connection_table.h"
 #include "core/error/errc.h"
 #include "core/log/log_macros.h"
 #include "core/net/dialer.h"
 #include "core/tunnel/packet.h"
-#include "proxy-agent/connection_table.h"
 
-namespace konn::agent {
+namespace konn::core::endpoint {
 namespace {
 
 using namespace asio::experimental::awaitable_operators;
@@ -57,7 +57,7 @@ EndpointConnection::EndpointConnection(asio::io_context& ctx,
                                        std::shared_ptr<ConnectionTable> table, int64_t connect_id,
                                        int64_t dial_id, std::string server_id,
                                        const EndpointSettings& settings,
-                                       std::shared_ptr<AgentStats> stats,
+                                       std::shared_ptr<EndpointStats> stats,
                                        core::io::DescriptorReserve::Lease lease)
     : lease_(std::move(lease)),
       ctx_(ctx),
@@ -415,21 +415,21 @@ void EndpointConnection::connect(const asio::ip::tcp::endpoint& to, std::string 
     std::error_code ignored;
     self->socket_.cancel(ignored);
   });
-  socket_.async_wait(asio::socket_base::wait_write, [self = shared_from_this(),
-                                                     address = std::move(address)](
-                                                        std::error_code wait_ec) {
-    self->cancel_timer_.cancel();
-    if (self->dial_cancelled_) {
-      self->end_cancelled_dial();
-      return;
-    }
-    if (self->dial_timed_out_) {
-      self->dialled(konn::Errc::DialTimeout, core::net::timeout_error_text(address));
-      return;
-    }
-    std::error_code ec = wait_ec ? wait_ec : core::net::end_connect(self->socket_);
-    self->dialled(ec, ec ? core::net::connect_error_text(address, ec) : std::string());
-  });
+  socket_.async_wait(
+      asio::socket_base::wait_write,
+      [self = shared_from_this(), address = std::move(address)](std::error_code wait_ec) {
+        self->cancel_timer_.cancel();
+        if (self->dial_cancelled_) {
+          self->end_cancelled_dial();
+          return;
+        }
+        if (self->dial_timed_out_) {
+          self->dialled(konn::Errc::DialTimeout, core::net::timeout_error_text(address));
+          return;
+        }
+        std::error_code ec = wait_ec ? wait_ec : core::net::end_connect(self->socket_);
+        self->dialled(ec, ec ? core::net::connect_error_text(address, ec) : std::string());
+      });
 }
 
 void EndpointConnection::end_cancelled_dial() {
@@ -440,7 +440,8 @@ void EndpointConnection::end_cancelled_dial() {
 
 void EndpointConnection::dialled(std::error_code ec, const std::string& error_text) {
   if (ec == konn::Errc::DestinationNotAllowed) {
-    stats_->dials_refused[AgentStats::RefusedDestination].fetch_add(1, std::memory_order_relaxed);
+    stats_->dials_refused[EndpointStats::RefusedDestination].fetch_add(1,
+                                                                       std::memory_order_relaxed);
     std::string error = error_text + " by the agent's --allowed-destinations";
     stats_->refused("destination", {}, error);
     KONN_CONN_LOG((&logger()), warn, *this, "dial refused: {}", error);
@@ -455,8 +456,7 @@ void EndpointConnection::dialled(std::error_code ec, const std::string& error_te
     } else {
       stats_->dial_failures.fetch_add(1, std::memory_order_relaxed);
     }
-    stats_->refused(ec == konn::Errc::DialTimeout ? "dial_timeout" : "dial_failed", {},
-                    error_text);
+    stats_->refused(ec == konn::Errc::DialTimeout ? "dial_timeout" : "dial_failed", {}, error_text);
     send_packet(tunnel::make_dial_response(dial_id_, 0, error_text));
     close_reason_ = "dial failed: " + error_text;
     finish_close();
@@ -691,8 +691,8 @@ void EndpointConnection::finish_close() {
   // An ordinary end of a forward tunnel is a debug line, as the server's are: at info it would be
   // a write(2) per dial and most of a busy agent's log. Errors, caps and cancelled dials stay at
   // info, and so does every node-to-control-plane tunnel (node.tunnel, far fewer).
-  const auto level = routine_close_ && !settings_.node_direction ? spdlog::level::debug
-                                                                  : spdlog::level::info;
+  const auto level =
+      routine_close_ && !settings_.node_direction ? spdlog::level::debug : spdlog::level::info;
   if (logger().should_log(level)) {
     logger().log(level, "{}closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
                  log_prefix(), close_reason_, bytes_up_.load(), bytes_down_.load(), ms);
@@ -704,4 +704,4 @@ void EndpointConnection::set_state(State s) {
   state_ = s;
 }
 
-}  // namespace konn::agent
+}  // namespace konn::core::endpoint

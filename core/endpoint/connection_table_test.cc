@@ -1,31 +1,30 @@
-#include "proxy-agent/connection_table.h"
+#include "core/endpoint/connection_table.h"
 
 #include <catch2/catch.hpp>
 
-#include "proxy-agent/endpoint_connection.h"
+#include "core/endpoint/endpoint_connection.h"
 
-using namespace konn::agent;
+using namespace konn::core::endpoint;
 
 namespace {
 
 std::shared_ptr<EndpointConnection> make_conn(asio::io_context& ctx, int64_t id, int64_t dial,
                                               const std::shared_ptr<ConnectionTable>& table) {
   // Never started: only its identity matters to the table.
-  return std::make_shared<EndpointConnection>(ctx, nullptr, table, id, dial, "s1",
-                                              EndpointSettings{},
-                                              std::make_shared<AgentStats>());
+  return std::make_shared<EndpointConnection>(
+      ctx, nullptr, table, id, dial, "s1", EndpointSettings{}, std::make_shared<EndpointStats>());
 }
 
 }  // namespace
 
-TEST_CASE("connectIDs start at 1 and grow", "[agent]") {
+TEST_CASE("connectIDs start at 1 and grow", "[endpoint]") {
   ConnectionTable t;
   CHECK(t.allocate_connect_id() == 1);
   CHECK(t.allocate_connect_id() == 2);
   CHECK(t.allocate_connect_id() == 3);
 }
 
-TEST_CASE("a dialing connection is found by dialID only until established", "[agent]") {
+TEST_CASE("a dialing connection is found by dialID only until established", "[endpoint]") {
   asio::io_context ctx;
   auto t = std::make_shared<ConnectionTable>();
   auto c = make_conn(ctx, 1, 77, t);
@@ -43,7 +42,7 @@ TEST_CASE("a dialing connection is found by dialID only until established", "[ag
   CHECK(t->size() == 0);
 }
 
-TEST_CASE("remove never drops another connection that reuses an id", "[agent]") {
+TEST_CASE("remove never drops another connection that reuses an id", "[endpoint]") {
   asio::io_context ctx;
   auto t = std::make_shared<ConnectionTable>();
   auto old_conn = make_conn(ctx, 1, 5, t);
@@ -55,7 +54,7 @@ TEST_CASE("remove never drops another connection that reuses an id", "[agent]") 
   t->take_all();  // connections hold their table: a stream always empties it at its end
 }
 
-TEST_CASE("take_all empties the table and refuses later dials", "[agent]") {
+TEST_CASE("take_all empties the table and refuses later dials", "[endpoint]") {
   asio::io_context ctx;
   auto t = std::make_shared<ConnectionTable>();
   auto a = make_conn(ctx, 1, 10, t);
