@@ -62,17 +62,19 @@ struct EndpointSettings {
 // One TCP connection the agent dialled for the server (an ANP "endpoint connection"), and the
 // queues between it and its server stream. Each one counts in EndpointStats::endpoint_slots from
 // construction to destruction (--max-endpoint-connections). It lives on one io_context: every
-// public method may
-// be called from any thread (gRPC reactions) and only posts work there; everything else runs on
-// that context without locks. Async handlers hold shared_from_this().
+// public method may be called from any thread (the stream's reactions run on its connection's
+// worker: in the agent usually this connection's own, on the server a server worker) and only
+// posts work there; everything else runs on that context without locks. Async handlers hold
+// shared_from_this().
 //
 // Endpoint -> server: wait for readability, then allocate and read up to kReadChunk, one DATA
 // packet per read. Reading pauses while too many of our bytes wait in the stream (WriteListener
 // tells when they leave) or, with flow control, while the window is used up.
 // Server -> endpoint: DATA packets are queued and written from the packet's own bytes, one
 // async_write (gathering several packets) in flight at a time. While that queue is empty the
-// connection opens its WriteRole: the gRPC thread then writes a small packet to the socket itself
-// (no post, no wake-up of the worker), and anything that does not go out whole is posted as before.
+// connection opens its WriteRole: the stream's thread then writes a small packet to the socket
+// itself (no post, no wake-up of the worker), and anything that does not go out whole is posted as
+// before.
 class EndpointConnection : public core::tunnel::WriteListener,
                            public std::enable_shared_from_this<EndpointConnection> {
  public:
@@ -130,7 +132,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   // socket is reset (SO_LINGER 0), so its client sees the tunnel break.
   void abandon();
 
-  // WriteListener: `data_bytes` of our DATA left the stream's queue (gRPC thread).
+  // WriteListener: `data_bytes` of our DATA left the stream's queue (the stream's thread).
   void on_written(size_t data_bytes) override;
 
   int64_t connect_id() const { return connect_id_; }
@@ -244,7 +246,7 @@ class EndpointConnection : public core::tunnel::WriteListener,
   std::string destination_;  // under status_mu_: set by start() or start_accepted()
   std::chrono::steady_clock::time_point started_;
 
-  // Shared with gRPC threads.
+  // Shared with the stream's thread (deliver, on_written).
   core::relay::WriteRole write_role_;
   std::atomic<int64_t> pending_writes_{0};  // bytes posted but not yet written to the socket
   std::atomic<bool> overflowed_{false};

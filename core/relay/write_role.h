@@ -10,8 +10,10 @@ namespace konn::core::relay {
 // transfer's large packets keep the owner's thread (and its parallelism) for the copy.
 inline constexpr size_t kDirectWriteMax = 64 * 1024;
 
-// Who writes a socket whose bytes arrive on another thread (a tunnel's packets, delivered by the
-// gRPC completion thread to a socket that lives on an Asio worker).
+// Who writes a socket whose bytes arrive from outside its own loop (a tunnel's packets, delivered
+// by the worker of the HTTP/2 connection that carries their stream to a socket that lives on its
+// own worker: another thread for the server's CONNECT clients and dials for agents, usually the
+// same thread for the agent's endpoints).
 //
 // The socket's own executor (its "owner") queues and writes, one write in flight. While its queue
 // is empty, nothing is in flight and no delivery is on its way to it, the owner may open the role:

@@ -12,7 +12,8 @@ namespace konn::core::tunnel {
 // tunnel and direction that left for their socket, and says when to hand them back to the
 // sender. Credit goes back in batches of at least kWindowUpdateThreshold bytes, not per packet.
 //
-// Two threads may count at once (a socket's worker and a direct write from the gRPC thread):
+// Two threads may count at once (a socket's worker, and a direct write from the thread of the
+// stream that delivered the packet: WriteRole):
 // whoever crosses the threshold takes everything counted so far, and the other finds little
 // or nothing left.
 class CreditReturn {

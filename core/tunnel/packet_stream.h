@@ -18,8 +18,9 @@
 
 namespace konn::core::tunnel {
 
-// Told when a queued packet has been handed to gRPC (its bytes left our queue), so the tunnel
-// that produced it can resume reading. Called on a gRPC thread, with no lock of the stream held.
+// Told when a queued packet has been handed to the transport (its bytes left our queue), so the
+// tunnel that produced it can resume reading. Called on the stream's thread (below), with no lock
+// of the stream held.
 class WriteListener {
  public:
   virtual ~WriteListener() = default;
@@ -41,6 +42,10 @@ class WriteListener {
 //   - the finish operation (server Finish, client RemoveHold) is issued exactly once, only when
 //     no write is in flight and no Start* call is executing on another thread.
 // All public methods are thread-safe. The reactor calls the handle_* methods from its callbacks.
+//
+// The stream's thread: for a core/h2 stream (the server's H2ServerStream, the agent's
+// ServerStreamReactor) the worker its connection lives on; for core/konnectivity's
+// ProxyStreamReactor (gRPC C++) one of gRPC's callback threads.
 //
 // Lifetime: the reactor holds a shared_ptr to itself until OnDone; anyone else keeps a
 // shared_ptr (never a raw pointer), and every method is safe after the stream finished: send()
@@ -93,8 +98,8 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   // Cancels the call; `status` is the close status (a server sends it to the client as the
   // call's status where the transport allows, rather than a bare CANCELLED).
   virtual void cancel_op(const grpc::Status& status) = 0;
-  // A packet arrived. Runs on a gRPC thread; reads are serialized, so at most one runs at a time
-  // for this stream. It may call send() or close() on this or other streams.
+  // A packet arrived. Runs on the stream's thread; reads are serialized, so at most one runs at a
+  // time for this stream. It may call send() or close() on this or other streams.
   virtual void on_packet(Packet&& p) = 0;
   // The read side ended: the peer finished or the stream broke (`ok` false means broken).
   virtual void on_read_end() = 0;

@@ -77,9 +77,12 @@ int64_t random_dial_id() {
 auto& lowest(asio::local::stream_protocol::socket& s) { return s; }
 auto& lowest(asio::ssl::stream<asio::ip::tcp::socket>& s) { return s.lowest_layer(); }
 
-// One CONNECT connection. Everything but the Frontend methods runs on the connection's executor;
-// the Frontend methods (gRPC threads) only post to it, apart from the atomics they document and,
-// on a plain socket, DATA written straight to the client while nothing waits in out_ (WriteRole).
+// One CONNECT connection. Everything but the Frontend methods runs on the connection's executor.
+// The Frontend methods run on the agent connection's worker (the Backend's home thread, often this
+// connection's own: the acceptor places it there) and only post to the executor, apart from the
+// atomics they document, the dial answer (taken inline when already on this connection's thread)
+// and, on a plain socket, DATA written straight to the client while nothing waits in out_
+// (WriteRole).
 template <typename Stream>
 class ConnectSession : public Frontend,
                        public std::enable_shared_from_this<ConnectSession<Stream>> {
@@ -120,7 +123,7 @@ class ConnectSession : public Frontend,
     asio::post(ex, std::forward<Fn>(fn));
   }
 
-  // --- Frontend (gRPC threads) ---
+  // --- Frontend (the agent connection's worker) ---
   bool deliver_dial_response(Packet&& p) override {
     if (!dialing_.exchange(false)) return false;  // gave up already
     // On this connection's thread (the acceptor placed it beside the agent connection) the answer
@@ -396,7 +399,8 @@ class ConnectSession : public Frontend,
     // Upstream closes the tunnel on the client's EOF; a half-close is passed on only when asked
     // for (--http-connect-half-close) and the agent supports it.
     half_close_ = router_.options().http_connect_half_close && backend_->half_close();
-    // Created before the dial is sent: from the answer on, gRPC threads touch it (deliver_data).
+    // Created before the dial is sent: from the answer on, the agent connection's worker touches
+    // it (deliver_data).
     if (half_close_ || router_.options().tunnel_idle_timeout.count() > 0) {
       std::weak_ptr<ConnectSession> weak = this->shared_from_this();
       quiet_ = std::make_unique<core::tunnel::QuietTimer>(stream_.get_executor(), [weak] {
@@ -644,7 +648,8 @@ class ConnectSession : public Frontend,
     }
   }
 
-  // Bytes the gRPC thread wrote to the client itself (WriteRole): counted as the executor's
+  // Bytes the agent connection's worker wrote to the client itself (WriteRole): counted as the
+  // executor's
   // writes are; credit goes back from here.
   void written_to_client(size_t n) {
     if (!flow_control_) backlog_.taken(n);
@@ -694,7 +699,8 @@ class ConnectSession : public Frontend,
                       });
   }
 
-  // From the executor or, for direct writes, the gRPC thread (CreditReturn takes both).
+  // From the executor or, for direct writes, the agent connection's worker (CreditReturn takes
+  // both).
   void return_credit(size_t n) {
     if (!flow_control_) return;
     if (int64_t bytes = credit_to_return_.written(n); bytes > 0) {

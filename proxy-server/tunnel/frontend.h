@@ -25,9 +25,10 @@ struct TunnelStatus {
   bool half_closed = false;  // one side finished sending
 };
 
-// One tunnel as the backend (agent stream) sees it: the kube-apiserver side of a dial. The gRPC
-// frontend implements it today; the HTTP CONNECT frontend will too. Every method is called on a
-// gRPC thread of the backend's read loop, must not block, and must cope with the frontend having
+// One tunnel as the backend (agent stream) sees it: the kube-apiserver side of a dial, implemented
+// by the gRPC frontend (GrpcFrontend) and the HTTP CONNECT frontend (ConnectSession). Every method
+// but status() and log_prefix() is called on the agent connection's worker (the Backend's home
+// thread: its read loop or its stall check), must not block, and must cope with the frontend having
 // already closed (it then just drops what it is given).
 class Frontend {
  public:
