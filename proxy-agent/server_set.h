@@ -55,7 +55,7 @@ class ServerSet : public std::enable_shared_from_this<ServerSet> {
   // keep working and new dials are still served.
   void drain();
   // Ends every stream (gracefully, or cancelled with `abort`) and stops the loops. Waits up to
-  // `wait` for the streams' OnDone so no gRPC callback runs after it returns. Returns true when
+  // `wait` for the streams' OnDone so no stream callback runs after it returns. Returns true when
   // they all finished.
   bool stop(bool abort, std::chrono::milliseconds wait);
 

@@ -15,8 +15,8 @@ class EndpointConnection;
 // sent). It also hands out connectIDs: per stream, from 1, monotonically.
 //
 // Lock: `mu_` guards both maps, `next_id_` and `closed_`. It is held only for the map operation
-// itself, never while calling into a connection, so any thread (gRPC reactions, connection
-// executors) may use the table.
+// itself, never while calling into a connection, so any thread (the stream's reactions,
+// connection executors) may use the table.
 class ConnectionTable {
  public:
   using Ptr = std::shared_ptr<EndpointConnection>;

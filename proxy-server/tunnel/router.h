@@ -24,7 +24,8 @@ class NodeService;
 // The state every frontend and backend of one proxy-server shares: the options, the connected
 // agents, the dials awaiting an answer, an io_context for timers and the deadlines of the
 // tunnels' waits (run on it). Owned by ServerApp and
-// outliving every reactor (the gRPC servers are shut down before it is destroyed).
+// outliving every reactor (the listeners, their connections and the workers are stopped before
+// it is destroyed).
 class Router {
  public:
   Router(const ServerOptions& options, asio::io_context& timers, ServerMetrics& metrics);
