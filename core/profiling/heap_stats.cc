@@ -5,10 +5,26 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// The sanitizer runtime's allocator interface (<sanitizer/allocator_interface.h>, which GCC 12
+// does not install).
+extern "C" {
+size_t __sanitizer_get_current_allocated_bytes();
+size_t __sanitizer_get_heap_size();
+size_t __sanitizer_get_free_bytes();
+}
+#endif
+
 namespace konn::core::profiling {
 
 std::string heap_stats_json() {
   struct mallinfo2 mi = mallinfo2();
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  mi = {};
+  mi.arena = __sanitizer_get_heap_size();
+  mi.uordblks = __sanitizer_get_current_allocated_bytes();
+  mi.fordblks = __sanitizer_get_free_bytes();
+#endif
   size_t resident_pages = 0;
   {
     std::ifstream statm("/proc/self/statm");
@@ -18,11 +34,11 @@ std::string heap_stats_json() {
   size_t rss = resident_pages * static_cast<size_t>(sysconf(_SC_PAGESIZE));
   char out[768];
   std::snprintf(out, sizeof out,
-                "{\"allocator\":\"glibc\",\"heap_bytes\":%zu,\"mmap_bytes\":%zu,"
+                "{\"allocator\":\"%s\",\"heap_bytes\":%zu,\"mmap_bytes\":%zu,"
                 "\"mmap_chunks\":%zu,\"in_use_bytes\":%zu,\"free_bytes\":%zu,\"free_chunks\":%zu,"
                 "\"fastbin_free_bytes\":%zu,\"releasable_bytes\":%zu,\"rss_bytes\":%zu}\n",
-                mi.arena, mi.hblkhd, mi.hblks, mi.uordblks + mi.hblkhd, mi.fordblks, mi.ordblks,
-                mi.fsmblks, mi.keepcost, rss);
+                kAllocator, mi.arena, mi.hblkhd, mi.hblks, mi.uordblks + mi.hblkhd, mi.fordblks,
+                mi.ordblks, mi.fsmblks, mi.keepcost, rss);
   return out;
 }
 

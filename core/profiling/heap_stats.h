@@ -4,9 +4,18 @@
 
 namespace konn::core::profiling {
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// A sanitizer build replaces malloc: glibc's statistics would show an empty heap.
+inline constexpr const char* kAllocator = "sanitizer";
+#else
+inline constexpr const char* kAllocator = "glibc";
+#endif
+
 // The allocator's statistics as a JSON object (glibc malloc: mallinfo2() for the whole process,
 // every arena together), plus the process's resident memory from /proc/self/statm:
-//   allocator            "glibc"
+//   allocator            kAllocator: "glibc", or "sanitizer" in an ASan or TSan build, where
+//                        in_use_bytes, heap_bytes and free_bytes are the sanitizer allocator's
+//                        (__sanitizer_get_*) and the other fields 0
 //   heap_bytes           bytes of heap obtained with brk/sbrk and arenas (mallinfo2 arena)
 //   mmap_bytes           bytes in chunks served by their own mmap (hblkhd), mmap_chunks (hblks)
 //   in_use_bytes         bytes handed out and not yet freed (uordblks + hblkhd)

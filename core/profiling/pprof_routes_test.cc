@@ -12,6 +12,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/profiling/heap_stats.h"
+
 using konn::core::admin::AdminServer;
 using konn::core::admin::Response;
 using namespace konn::core::profiling;
@@ -114,7 +116,7 @@ TEST_CASE("profiling on: heap statistics parse, contention answers 501", "[profi
   auto heap = get(server.port(), "/debug/pprof/heap");
   REQUIRE(heap.status == 200);
   auto doc = nlohmann::json::parse(heap.body);
-  CHECK(doc["allocator"] == "glibc");
+  CHECK(doc["allocator"] == konn::core::profiling::kAllocator);
   for (const char* key : {"heap_bytes", "mmap_bytes", "in_use_bytes", "free_bytes",
                           "releasable_bytes", "rss_bytes"}) {
     INFO(key);

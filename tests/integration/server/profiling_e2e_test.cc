@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/profiling/heap_stats.h"
 #include "test-client/tunnel.h"
 #include "tests/integration/tunnel/tunnel_stack.h"
 
@@ -129,7 +130,7 @@ TEST_CASE("with --enable-profiling the admin port serves a CPU profile of the wo
   auto heap = admin_get(server_admin, "/debug/pprof/heap");
   REQUIRE(heap.status == 200);
   auto doc = nlohmann::json::parse(heap.body);
-  CHECK(doc["allocator"] == "glibc");
+  CHECK(doc["allocator"] == konn::core::profiling::kAllocator);
   CHECK(doc["in_use_bytes"].get<uint64_t>() > 0);
   CHECK(doc["rss_bytes"].get<uint64_t>() > 0);
   auto block = admin_get(server_admin, "/debug/pprof/block");
