@@ -1,5 +1,7 @@
 #include "socks5/session.h"
 
+#include <algorithm>
+
 #include <asio/co_spawn.hpp>
 #include <asio/read.hpp>
 #include <asio/steady_timer.hpp>
@@ -223,6 +225,7 @@ core::io::Awaitable<bool> write_all(tcp::socket& s, const std::vector<uint8_t>& 
 core::io::Awaitable<bool> send_reply(tcp::socket& s, SessionInfo& info, ReplyCode code,
                                      asio::ip::address bound, uint16_t port) {
   info.reply = codec::to_string(code);
+  info.reply_code = static_cast<int>(code);
   if (info.metrics != nullptr) info.metrics->reply(static_cast<uint8_t>(code));
   // Exception: a named local, not a temporary, crosses the co_await (g++ 12 destroys
   // temporaries of a co_await full-expression twice).
@@ -410,6 +413,9 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
   info.client = client.remote_endpoint(ec);
   core::net::set_nodelay(client);
   SessionHandle& handle = slot->handle();
+  info.live = &handle;
+  handle.client = detail::unmap(info.client.address());
+  handle.client_port = info.client.port();
   handle.close = [&client] {
     std::error_code ignored;
     client.close(ignored);
@@ -430,6 +436,14 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
   if (req) {
     info.command = codec::to_string(req->command);
     info.destination = req->destination.to_string();
+    {
+      std::lock_guard lock(handle.mu);
+      handle.command = info.command;
+      handle.destination = info.destination;
+      handle.via = env.konnectivity != nullptr && req->command == codec::Command::Connect
+                       ? "konnectivity"
+                       : "direct";
+    }
     if (env.metrics != nullptr) env.metrics->request(info.command);
     if (env.konnectivity != nullptr && req->command != codec::Command::Connect) {
       // Konnectivity carries TCP streams to a destination only: no listening socket on the
@@ -466,6 +480,15 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
   handle.close = nullptr;
   client.close(ec);
   if (env.metrics != nullptr) env.metrics->session_closed(info.bytes_up, info.bytes_down);
+  bool refused_reply = info.reply_code > 0;  // any REP but 00 (succeeded)
+  if (refused_reply || info.reason == "authentication failed" ||
+      info.reason == "no acceptable method" || info.reason == "handshake timeout") {
+    slot->registry().record_failure({std::chrono::system_clock::now(),
+                                     handle.client.to_string() + ":" +
+                                         std::to_string(handle.client_port),
+                                     info.command, info.destination, info.reply_code, info.reply,
+                                     info.reason});
+  }
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                   info.start)
                 .count();
@@ -509,6 +532,42 @@ void SessionRegistry::release(uint64_t id, const asio::ip::address& client) {
   sessions_.erase(id);
   auto it = per_client_.find(client.to_string());
   if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
+}
+
+std::vector<std::shared_ptr<const SessionHandle>> SessionRegistry::snapshot(
+    size_t* most_per_client) const {
+  std::vector<std::shared_ptr<const SessionHandle>> out;
+  std::lock_guard lock(mu_);
+  out.reserve(sessions_.size());
+  for (const auto& [id, weak] : sessions_) {
+    if (auto h = weak.lock()) out.push_back(std::move(h));
+  }
+  size_t most = 0;
+  for (const auto& [client, n] : per_client_) most = std::max(most, static_cast<size_t>(n));
+  if (most_per_client != nullptr) *most_per_client = most;
+  return out;
+}
+
+void SessionRegistry::record_failure(SessionFailure f) {
+  std::lock_guard lock(failures_mu_);
+  ++failures_total_;
+  if (failures_.size() < kFailuresKept) {
+    failures_.push_back(std::move(f));
+    return;
+  }
+  failures_[failure_next_] = std::move(f);
+  failure_next_ = (failure_next_ + 1) % kFailuresKept;
+}
+
+std::vector<SessionFailure> SessionRegistry::recent_failures(uint64_t* total) const {
+  std::lock_guard lock(failures_mu_);
+  if (total != nullptr) *total = failures_total_;
+  std::vector<SessionFailure> out;
+  out.reserve(failures_.size());
+  for (size_t i = 0; i < failures_.size(); ++i) {
+    out.push_back(failures_[(failure_next_ + i) % failures_.size()]);
+  }
+  return out;
 }
 
 size_t SessionRegistry::active() const {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <asio/ip/tcp.hpp>
 
@@ -20,6 +21,8 @@
 
 namespace konn::socks5 {
 
+struct SessionHandle;
+
 // What a session's close line reports, and its log prefix.
 struct SessionInfo {
   uint64_t id = 0;
@@ -28,20 +31,46 @@ struct SessionInfo {
   std::string command = "-";
   std::string destination = "-";
   std::string reply = "-";      // the REP we sent, by name
+  int reply_code = -1;          // the REP we sent; -1 before any
   std::string reason = "done";  // why it ended
   uint64_t bytes_up = 0;        // client → destination
   uint64_t bytes_down = 0;      // destination → client
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   Socks5Metrics* metrics = nullptr;  // counts each reply sent; may be null
+  SessionHandle* live = nullptr;     // the byte counts /status.json reads; may be null
 
   std::string log_prefix() const { return "[S" + std::to_string(id) + "] "; }
 };
 
 // Lets shutdown close a session from outside. `close` is set and cleared by the session, and
-// only ever run on `executor` (so it never races the session).
+// only ever run on `executor` (so it never races the session). The rest is what /status.json
+// shows of a live session: set by the session (the request once, under `mu`; the byte counts as
+// the relay moves them, relaxed atomics) and read by the health listener's thread.
 struct SessionHandle {
   asio::any_io_executor executor;
   std::function<void()> close;
+
+  asio::ip::address client;
+  uint16_t client_port = 0;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::atomic<uint64_t> bytes_up{0};
+  std::atomic<uint64_t> bytes_down{0};
+  mutable std::mutex mu;  // guards the request fields below (written once per session)
+  std::string command;
+  std::string destination;
+  std::string via;  // "direct" or "konnectivity" once a request arrived
+};
+
+// A session that ended without what it asked for (a non-success reply, a failed authentication)
+// or a connection refused at a limit: what /status.json shows in its recent failures.
+struct SessionFailure {
+  std::chrono::system_clock::time_point at;
+  std::string client;
+  std::string command;
+  std::string destination;
+  int reply_code = -1;  // SOCKS REP; -1 when none was sent
+  std::string reply;
+  std::string reason;
 };
 
 // Every live session, for graceful shutdown and limits. Thread-safe (one mutex).
@@ -66,9 +95,24 @@ class SessionRegistry {
   // Posts `close` of every live session to its executor.
   void close_all();
 
+  // The live sessions' handles, and the most connections one client holds (for the page): a
+  // copy of pointers under the lock, read afterwards.
+  std::vector<std::shared_ptr<const SessionHandle>> snapshot(size_t* most_per_client) const;
+  // The last kFailuresKept failures (oldest first), and how many there were in all.
+  static constexpr size_t kFailuresKept = 50;
+  void record_failure(SessionFailure f);
+  std::vector<SessionFailure> recent_failures(uint64_t* total) const;
+  int max_total() const { return max_total_; }
+  int max_per_client() const { return max_per_client_; }
+
  private:
   friend class Slot;
   void release(uint64_t id, const asio::ip::address& client);
+
+  mutable std::mutex failures_mu_;  // guards failures_, failure_next_, failures_total_
+  std::vector<SessionFailure> failures_;  // a ring of kFailuresKept
+  size_t failure_next_ = 0;
+  uint64_t failures_total_ = 0;
 
   const int max_total_;
   const int max_per_client_;
@@ -88,6 +132,7 @@ class SessionRegistry::Slot {
   Slot& operator=(const Slot&) = delete;
   uint64_t id() const { return id_; }
   SessionHandle& handle() { return *handle_; }
+  SessionRegistry& registry() { return registry_; }
 
  private:
   SessionRegistry& registry_;

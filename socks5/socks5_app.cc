@@ -8,6 +8,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "core/error/check.h"
+#include "core/admin/status_page.h"
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/log/log_macros.h"
@@ -21,6 +22,13 @@ namespace {
 const std::shared_ptr<spdlog::logger>& app_logger() {
   static auto log = core::log::get("socks5");
   return log;
+}
+std::string detail_address(const tcp::endpoint& peer) {
+  auto a = peer.address();
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+    a = asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+  }
+  return a.to_string() + ":" + std::to_string(peer.port());
 }
 }  // namespace
 
@@ -118,6 +126,11 @@ void Socks5App::start_health() {
   health_->route("/livez", ok);
   health_->route("/readyz", ready);
   health_->route("/metrics", metrics);
+  // What the daemon is doing, on the health listener: only when it listens on loopback, or
+  // with --status-page-off-loopback (a 403 otherwise; the default binds every address).
+  core::admin::route_status(*health_, "socks5", options_.health_bind_address,
+                            options_.status_page_off_loopback, "--status-page-off-loopback",
+                            [this](const std::string& query) { return status_.build(query); });
   if (!health_->start_unless_default_taken(options_.health_port_set)) health_.reset();
 }
 
@@ -155,6 +168,8 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor,
     auto slot = registry_.admit(peer.address(), socket.get_executor(), &refusal);
     if (!slot) {
       metrics_.session_refused(refusal.limit);
+      registry_.record_failure({std::chrono::system_clock::now(),
+                                detail_address(peer), "-", "-", -1, "-", refusal.text});
       // A client hammering a limit gets one line a second; the metric counts every refusal.
       static core::log::RateLimit refusals_logged;
       if (uint64_t held = 0; refusals_logged.allow(&held)) {

@@ -16,6 +16,7 @@
 #include "socks5/session.h"
 #include "socks5/socks5_metrics.h"
 #include "socks5/socks5_options.h"
+#include "socks5/socks5_status.h"
 #include "socks5/user_db.h"
 
 namespace konn::socks5 {
@@ -63,6 +64,7 @@ class Socks5App {
   std::unique_ptr<UserDb> users_;
   asio::thread_pool auth_pool_{1};  // password hashing, off the I/O threads
   SessionRegistry registry_;
+  Socks5Status status_{options_, registry_, certificates_};  // /status.json
   asio::io_context main_;
   core::io::WorkerPool pool_;  // after everything sessions use: destroyed before it
   std::vector<std::pair<asio::io_context*, std::unique_ptr<core::net::Resolver>>> resolvers_;

@@ -48,6 +48,8 @@ void Socks5Options::register_flags(core::config::FlagParser& p) {
         "the default port is taken it is logged and skipped");
   p.add("health-bind-address", &health_bind_address,
         "Bind address of the health listener (empty: every interface)");
+  p.add("status-page-off-loopback", &status_page_off_loopback,
+        "Serve /status and /status.json on a health listener bound beyond loopback (else 403)");
   konnectivity.register_flags(p);
 }
 

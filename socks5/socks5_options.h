@@ -46,6 +46,9 @@ struct Socks5Options {
   int health_port = 8096;
   bool health_port_set = false;     // --health-port was given (command line or file)
   std::string health_bind_address;  // "" = every interface (kubelet probes the pod IP)
+  // /status and /status.json on the health listener answer 403 unless it is bound to loopback or
+  // this is set (the page shows no secrets, but client addresses and destinations).
+  bool status_page_off_loopback = false;
   // --konnectivity-*: dial CONNECT destinations through a Konnectivity proxy-server.
   core::konnectivity::UpstreamOptions konnectivity;
 

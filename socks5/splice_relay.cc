@@ -99,7 +99,8 @@ constexpr size_t kFallbackChunk = 64 * 1024;
 // the pump (bytes counted, activity touched, EOF ends the direction, an error is reported).
 template <typename From, typename To>
 core::io::Awaitable<void> copy_buffered(From& from, To& to, std::vector<char>& buf, uint64_t& bytes,
-                                        std::error_code& error, Activity& activity) {
+                                        std::error_code& error, Activity& activity,
+                                        int direction) {
   for (;;) {
     auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), core::io::use_nothrow);
     if (ec == asio::error::eof) co_return;
@@ -111,6 +112,7 @@ core::io::Awaitable<void> copy_buffered(From& from, To& to, std::vector<char>& b
     auto [wec, m] =
         co_await asio::async_write(to, asio::buffer(buf.data(), n), core::io::use_nothrow);
     bytes += m;
+    activity.count(direction, m);
     if (wec) {
       error = wec;
       co_return;
@@ -123,7 +125,8 @@ core::io::Awaitable<void> copy_buffered(From& from, To& to, std::vector<char>& b
 template <typename To>
 core::io::Awaitable<void> drain_pipe_buffered(Pipe& pipe, size_t in_pipe, To& to,
                                               std::vector<char>& buf, uint64_t& bytes,
-                                              std::error_code& error, Activity& activity) {
+                                              std::error_code& error, Activity& activity,
+                                              int direction) {
   while (in_pipe > 0) {
     // The bytes are in the pipe already: the read does not wait.
     ssize_t r = ::read(pipe.rd, buf.data(), std::min(in_pipe, buf.size()));
@@ -134,6 +137,7 @@ core::io::Awaitable<void> drain_pipe_buffered(Pipe& pipe, size_t in_pipe, To& to
     auto [ec, m] = co_await asio::async_write(to, asio::buffer(buf.data(), static_cast<size_t>(r)),
                                               core::io::use_nothrow);
     bytes += m;
+    activity.count(direction, m);
     if (ec) {
       error = ec;
       co_return;
@@ -146,7 +150,7 @@ core::io::Awaitable<void> drain_pipe_buffered(Pipe& pipe, size_t in_pipe, To& to
 template <typename From, typename To>
 core::io::Awaitable<void> pump(From& from, To& to, size_t pipe_bytes, uint64_t& bytes,
                                std::error_code& error, bool& failed, Activity& activity,
-                               int& fallback_errno) {
+                               int& fallback_errno, int direction) {
   Pipe pipe;
   constexpr unsigned kFlags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
   auto fill = [&]() {
@@ -197,6 +201,7 @@ core::io::Awaitable<void> pump(From& from, To& to, size_t pipe_bytes, uint64_t& 
       if (m > 0) {
         in_pipe -= static_cast<size_t>(m);
         bytes += static_cast<uint64_t>(m);
+        activity.count(direction, static_cast<uint64_t>(m));
         activity.touch();
         continue;
       }
@@ -223,9 +228,9 @@ core::io::Awaitable<void> pump(From& from, To& to, size_t pipe_bytes, uint64_t& 
   }
   if (buffered && !failed) {
     std::vector<char> buf(std::min(pipe_bytes, kFallbackChunk));
-    co_await drain_pipe_buffered(pipe, in_pipe, to, buf, bytes, error, activity);
+    co_await drain_pipe_buffered(pipe, in_pipe, to, buf, bytes, error, activity, direction);
     in_pipe = 0;
-    if (!error) co_await copy_buffered(from, to, buf, bytes, error, activity);
+    if (!error) co_await copy_buffered(from, to, buf, bytes, error, activity, direction);
   }
   // Every chunk was drained before the next fill, so the pipe is empty unless we stopped on an
   // error in the middle of a drain.
@@ -257,9 +262,9 @@ core::io::Awaitable<core::relay::RelayStats> splice_relay(tcp::socket& downstrea
   int up_fallback = 0;
   int down_fallback = 0;
   co_await (pump(downstream, upstream, pipe_bytes, stats.downstream_to_upstream,
-                 stats.downstream_error, failed, activity, up_fallback) &&
+                 stats.downstream_error, failed, activity, up_fallback, 0) &&
             pump(upstream, downstream, pipe_bytes, stats.upstream_to_downstream,
-                 stats.upstream_error, failed, activity, down_fallback));
+                 stats.upstream_error, failed, activity, down_fallback, 1));
   if (fallback_errno != nullptr) *fallback_errno = up_fallback != 0 ? up_fallback : down_fallback;
   co_return stats;
 }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <fcntl.h>
@@ -20,7 +21,13 @@ struct Activity {
   bool one_side_finished = false;
   // Called once, when the first direction ends at EOF (its half-close was passed on).
   std::function<void()> on_one_side_finished;
+  // Where the bytes moved so far go as they move ([0] up, client to destination; [1] down), for
+  // /status.json; null: not counted live.
+  std::atomic<uint64_t>* moved[2] = {nullptr, nullptr};
   void touch() { last = std::chrono::steady_clock::now(); }
+  void count(int direction, uint64_t n) {
+    if (moved[direction] != nullptr) moved[direction]->fetch_add(n, std::memory_order_relaxed);
+  }
   void side_finished() {
     if (one_side_finished) return;
     one_side_finished = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <tuple>
 
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
@@ -25,12 +26,17 @@ template <typename Socket = tcp::socket>
 class ActiveSocket {
  public:
   using executor_type = typename Socket::executor_type;
-  ActiveSocket(Socket& s, Activity& a) : s_(s), a_(a) {}
+  // `direction`: what the bytes read from this socket count as in Activity::moved.
+  ActiveSocket(Socket& s, Activity& a, int direction) : s_(s), a_(a), direction_(direction) {}
   executor_type get_executor() { return s_.get_executor(); }
+  // core::relay awaits it with core::io::use_nothrow; the bytes read are counted live.
   template <typename Buffers, typename Token>
-  auto async_read_some(const Buffers& b, Token&& token) {
+  core::io::Awaitable<std::tuple<std::error_code, size_t>> async_read_some(const Buffers& b,
+                                                                           Token&& /*token*/) {
     a_.touch();
-    return s_.async_read_some(b, std::forward<Token>(token));
+    auto [ec, n] = co_await s_.async_read_some(b, core::io::use_nothrow);
+    a_.count(direction_, n);
+    co_return std::tuple<std::error_code, size_t>{ec, n};
   }
   template <typename Buffers, typename Token>
   auto async_write_some(const Buffers& b, Token&& token) {
@@ -47,6 +53,7 @@ class ActiveSocket {
  private:
   Socket& s_;
   Activity& a_;
+  int direction_;
 };
 
 // Closes both sockets once nothing moved for `idle` (--idle-timeout), or, once one direction
@@ -132,6 +139,12 @@ void note_splice_fallback(int err, SessionInfo& info) {
   if (info.metrics != nullptr) info.metrics->splice_fallback();
 }
 
+void count_live(Activity& activity, SessionInfo& info) {
+  if (info.live == nullptr) return;
+  activity.moved[0] = &info.live->bytes_up;
+  activity.moved[1] = &info.live->bytes_down;
+}
+
 template <typename Upstream>
 std::function<void()> closer(tcp::socket& client, Upstream& upstream) {
   return [&client, &upstream] {
@@ -146,6 +159,7 @@ std::function<void()> closer(tcp::socket& client, Upstream& upstream) {
 core::io::Awaitable<void> relay_tunnel(tcp::socket& client, core::konnectivity::Tunnel& tunnel,
                                        const Socks5Options& options, SessionInfo& info) {
   Activity activity;
+  count_live(activity, info);
   std::optional<IdleWatch> watch;
   if (options.idle_timeout > std::chrono::nanoseconds::zero() ||
       options.half_close_timeout > std::chrono::nanoseconds::zero()) {
@@ -162,8 +176,8 @@ core::io::Awaitable<void> relay_tunnel(tcp::socket& client, core::konnectivity::
   } else {
     // gRPC DATA packets are as large as the reads that fill them: at least 64 KiB.
     constexpr size_t kTunnelBuffer = 64 * 1024;
-    ActiveSocket a(client, activity);
-    ActiveSocket<core::konnectivity::Tunnel> b(tunnel, activity);
+    ActiveSocket a(client, activity, 0);
+    ActiveSocket<core::konnectivity::Tunnel> b(tunnel, activity, 1);
     stats = co_await core::relay::relay(
         a, b, std::max(kTunnelBuffer, static_cast<size_t>(options.buffer_size)));
   }
@@ -177,6 +191,7 @@ core::io::Awaitable<void> relay_tunnel(tcp::socket& client, core::konnectivity::
 core::io::Awaitable<void> relay_tcp(tcp::socket& client, tcp::socket& upstream,
                                     const Socks5Options& options, SessionInfo& info) {
   Activity activity;
+  count_live(activity, info);
   std::optional<IdleWatch> watch;
   if (options.idle_timeout > std::chrono::nanoseconds::zero() ||
       options.half_close_timeout > std::chrono::nanoseconds::zero()) {
@@ -191,8 +206,8 @@ core::io::Awaitable<void> relay_tcp(tcp::socket& client, tcp::socket& upstream,
                                   static_cast<size_t>(options.splice_pipe_bytes), &fallback);
     note_splice_fallback(fallback, info);
   } else {
-    ActiveSocket a(client, activity);
-    ActiveSocket b(upstream, activity);
+    ActiveSocket a(client, activity, 0);
+    ActiveSocket b(upstream, activity, 1);
     stats = co_await core::relay::relay(a, b, static_cast<size_t>(options.buffer_size));
   }
   if (watch) {

@@ -264,6 +264,22 @@ void route_status(AdminServer& admin, const std::string& title, const std::strin
   });
 }
 
+nlohmann::ordered_json certificates_json(const CertificateGauges& certificates) {
+  const auto wall = std::chrono::system_clock::now();
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& c : certificates.entries()) {
+    nlohmann::ordered_json e{
+        {"listener", c.listener}, {"kind", c.kind}, {"path", c.path}, {"subject", c.subject}};
+    if (c.not_after) {
+      e["not_after"] = rfc3339(*c.not_after);
+      e["expires_in_seconds"] = std::chrono::duration<double>(*c.not_after - wall).count();
+    }
+    e["error"] = c.error;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 std::string rfc3339(std::chrono::system_clock::time_point t) {
   std::time_t s = std::chrono::system_clock::to_time_t(t);
   std::tm tm{};

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/admin/admin_server.h"
+#include "core/admin/certificate_gauges.h"
 
 namespace konn::core::admin {
 
@@ -39,6 +40,10 @@ bool is_loopback_bind(const std::string& address);
 void route_status(AdminServer& admin, const std::string& title, const std::string& bind_address,
                   bool allowed_off_loopback, const std::string& flag,
                   std::function<nlohmann::ordered_json(const std::string& query)> build);
+
+// The "certificates" section: one row per entry (listener, kind, path, subject, not_after,
+// expires_in_seconds, error), as every daemon's page shows it.
+nlohmann::ordered_json certificates_json(const CertificateGauges& certificates);
 
 // An RFC 3339 UTC time ("2026-12-07T12:00:00Z").
 std::string rfc3339(std::chrono::system_clock::time_point t);

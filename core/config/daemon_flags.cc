@@ -154,7 +154,8 @@ const std::vector<DaemonFlags>& daemon_flag_table() {
                                           "log-level",
                                           "log-file",
                                           "health-port",
-                                          "health-bind-address"})},
+                                          "health-bind-address",
+                                          "status-page-off-loopback"})},
       {"kubeproxy-http", with_konnectivity_flags({"port",
                                                   "address",
                                                   "unix-socket",
@@ -198,6 +199,7 @@ const std::vector<DaemonFlags>& daemon_flag_table() {
                                                   "log-level",
                                                   "health-port",
                                                   "health-bind-address",
+                                                  "status-page-off-loopback",
                                                   "half-close-timeout"})},
   };
   return table;
