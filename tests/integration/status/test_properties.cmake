@@ -6,7 +6,9 @@ foreach(t
     "status: /status.json lists agents, tunnels, failures, limits and certificates, and its counts agree with /metrics"
     "status: the agent's /status.json lists its server, tunnels, refusals and certificates"
     "status: socks5 and kubeproxy-http export the expiry of their certificates"
-    "status: the server's certificate expiry gauge follows a reload of its files")
+    "status: the server's certificate expiry gauge follows a reload of its files"
+    "status: socks5's /status.json shows curl's open session, its failures and no password"
+    "status: socks5's page on a health port beyond loopback needs --status-page-off-loopback")
   set_tests_properties("${t}" PROPERTIES LABELS "e2e;status")
 endforeach()
 set_tests_properties("status: beyond loopback the page needs --status-page-off-loopback"

@@ -1,0 +1,178 @@
+// /status.json of socks5 and kubeproxy-http on their health listener (issue 40), with real curl
+// through each daemon: the open connection, the failures a refused destination or a wrong
+// password leaves, the 403 beyond loopback, and no secret in the body.
+#include <csignal>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/ha/ha_fleet.h"
+#include "tests/integration/tunnel/e2e_macros.h"
+#include "tests/support/echo_server.h"
+#include "tests/support/loopback.h"
+
+using namespace konn::e2e;
+using konn::testsupport::eventually;
+using nlohmann::json;
+
+namespace {
+
+// A daemon started from the build's bin dir; REQUIREs its health port to accept.
+std::unique_ptr<konn::testsupport::Process> start_status_daemon(const std::string& binary,
+                                                                std::vector<std::string> args,
+                                                                uint16_t health) {
+  konn::testsupport::ProcessOptions o;
+  o.binary = binary;
+  o.args = std::move(args);
+  auto p = std::make_unique<konn::testsupport::Process>(std::move(o));
+  INFO(binary << " log:\n" << p->log());
+  REQUIRE(p->wait_for_tcp_port(health, 20s));
+  return p;
+}
+
+json daemon_status(uint16_t health) {
+  auto r = http_get_local(health, "/status.json");
+  REQUIRE(r.status == 200);
+  return json::parse(r.body);
+}
+
+// curl with `args`, run to completion.
+konn::testsupport::RunResult run_curl(std::vector<std::string> args) {
+  konn::testsupport::ProcessOptions o;
+  o.binary = "curl";
+  o.search_path = true;
+  o.args = {"-sS", "--max-time", "10", "--noproxy", ""};
+  o.args.insert(o.args.end(), args.begin(), args.end());
+  return konn::testsupport::run_process(o, 20s);
+}
+
+// curl with `args` left running (it holds a connection open until killed).
+std::unique_ptr<konn::testsupport::Process> start_curl(std::vector<std::string> args) {
+  konn::testsupport::ProcessOptions o;
+  o.binary = "curl";
+  o.search_path = true;
+  o.args = {"-sS", "--max-time", "60", "--noproxy", ""};
+  o.args.insert(o.args.end(), args.begin(), args.end());
+  return std::make_unique<konn::testsupport::Process>(std::move(o));
+}
+
+// The row of `rows` whose `key` is `value` (null when none).
+json row_with(const json& rows, const std::string& key, const std::string& value) {
+  for (const auto& r : rows) {
+    if (r.value(key, "") == value) return r;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("status: socks5's /status.json shows curl's open session, its failures and no password",
+          "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  konn::testsupport::TempDir dir{"konn-socks5-status"};
+  konn::testsupport::EchoServer echo;
+  const std::string password = "open sesame-7781";
+  const std::string wrong = "wrong-guess-4411";
+  konn::testsupport::ProcessOptions hash;
+  hash.binary = "openssl";
+  hash.search_path = true;
+  hash.args = {"passwd", "-6", "-salt", "konnstatus", password};
+  auto hashed = konn::testsupport::run_process(hash, 20s);
+  REQUIRE(hashed.exit_code == 0);
+  std::string users = dir.path() + "/users";
+  {
+    std::ofstream f(users);
+    f << "alice:" << hashed.output;
+  }
+  uint16_t port = konn::testsupport::free_tcp_port();
+  uint16_t health = konn::testsupport::free_tcp_port();
+  auto socks = start_status_daemon(
+      "socks5",
+      {"--port=" + std::to_string(port), "--bind-address=127.0.0.1", "--users-file=" + users,
+       "--health-bind-address=127.0.0.1", "--health-port=" + std::to_string(health)},
+      health);
+  const std::string proxy = "alice:open%20sesame-7781@127.0.0.1:" + std::to_string(port);
+
+  // An open session: curl --socks5-hostname to the echo server, which echoes the request back
+  // and never closes (HTTP/0.9 lets curl take that as a body and keep reading).
+  const std::string dest = "localhost:" + std::to_string(echo.port());
+  auto held = start_curl({"--http0.9", "-x", "socks5h://" + proxy, "http://" + dest + "/"});
+  json s;
+  json session;
+  REQUIRE(eventually(
+      [&] {
+        s = daemon_status(health);
+        session = row_with(s["sessions"]["busiest"], "destination", dest);
+        return !session.is_null() && session["bytes_up"].get<uint64_t>() > 0 &&
+               session["bytes_down"].get<uint64_t>() > 0;
+      },
+      10s));
+  INFO(s.dump(1));
+  CHECK(s["summary"]["daemon"] == "socks5");
+  CHECK(s["sessions"]["open"] == 1);
+  CHECK(session["command"] == "CONNECT");
+  CHECK(session["via"] == "direct");
+  CHECK(session["client"].get<std::string>().rfind("127.0.0.1:", 0) == 0);
+  CHECK(session["bytes_up"] == session["bytes_down"]);  // the echo
+  CHECK(!row_with(s["sessions"]["longest_lived"], "destination", dest).is_null());
+  CHECK(s["limits"][0]["flag"] == "--max-sessions");
+  CHECK(s["limits"][0]["used"] == 1);
+
+  // A refused destination (curl --socks5: the address is resolved by curl) and a wrong
+  // password leave a failure row each.
+  const std::string closed = "127.0.0.1:" + std::to_string(konn::testsupport::free_tcp_port());
+  CHECK(run_curl({"--socks5", proxy, "http://" + closed + "/"}).exit_code != 0);
+  CHECK(run_curl({"-x", "socks5://alice:" + wrong + "@127.0.0.1:" + std::to_string(port),
+                  "http://" + dest + "/"})
+            .exit_code != 0);
+  json refused;
+  json denied;
+  REQUIRE(eventually(
+      [&] {
+        s = daemon_status(health);
+        refused = row_with(s["failures"]["recent"], "destination", closed);
+        denied = row_with(s["failures"]["recent"], "reason", "authentication failed");
+        return !refused.is_null() && !denied.is_null();
+      },
+      10s));
+  CHECK(refused["reply_code"] == "05");
+  CHECK(refused["command"] == "CONNECT");
+  CHECK(s["failures"]["total"].get<int>() >= 2);
+
+  // No secret: neither password, nor the users file's hash, in the JSON or the page.
+  for (const char* path : {"/status.json", "/status"}) {
+    auto body = http_get_local(health, path).body;
+    CHECK(body.find("sesame") == std::string::npos);
+    CHECK(body.find(wrong) == std::string::npos);
+    CHECK(body.find("$6$") == std::string::npos);
+  }
+  held->kill(SIGKILL);
+  CHECK(eventually([&] { return daemon_status(health)["sessions"]["open"] == 0; }, 10s));
+}
+
+TEST_CASE("status: socks5's page on a health port beyond loopback needs --status-page-off-loopback",
+          "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  // The default --health-bind-address is every address.
+  uint16_t closed = konn::testsupport::free_tcp_port();
+  auto off = start_status_daemon(
+      "socks5", {"--port=0", "--bind-address=127.0.0.1", "--health-port=" + std::to_string(closed)},
+      closed);
+  auto refused = http_get_local(closed, "/status.json");
+  CHECK(refused.status == 403);
+  CHECK(refused.body.find("--status-page-off-loopback") != std::string::npos);
+  CHECK(http_get_local(closed, "/status").status == 403);
+  CHECK(http_get_local(closed, "/metrics").status == 200);
+
+  uint16_t open = konn::testsupport::free_tcp_port();
+  auto on = start_status_daemon("socks5",
+                                {"--port=0", "--bind-address=127.0.0.1",
+                                 "--health-port=" + std::to_string(open),
+                                 "--status-page-off-loopback"},
+                                open);
+  CHECK(daemon_status(open)["summary"]["daemon"] == "socks5");
+}
