@@ -44,7 +44,8 @@ bool ConnectProxy::allowed(const std::string& destination) const {
   return false;
 }
 
-core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string peer) {
+core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string peer,
+                                              LiveConnection* live) {
   using namespace asio::experimental::awaitable_operators;
   Http1Parser parser(Http1Parser::Kind::Request, static_cast<size_t>(options_.max_header_bytes));
   std::vector<char> buf(64 * 1024);
@@ -55,10 +56,24 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
                        ? std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                              options_.request_header_timeout)
                        : std::chrono::hours(24 * 365));
+  std::string destination;  // once the target parsed
   auto reply = [&](int status, std::string body,
                    core::http::Headers extra = {}) -> core::io::Awaitable<void> {
     std::string resp = core::http::write_text_response(status, body, true, extra);
     if (metrics_ != nullptr) metrics_->response(status);
+    if (tracker_ != nullptr) {
+      // The request line as the client sent it (the target only: a CONNECT has no query), and
+      // our own answer's text; never a header (Proxy-Authorization stays out).
+      std::string reason = body;
+      while (!reason.empty() && reason.back() == '\n') reason.pop_back();
+      const auto& head = parser.head();
+      tracker_->record_failure({std::chrono::system_clock::now(), peer,
+                                head.method.empty()
+                                    ? "-"
+                                    : head.method + " " + head.target.substr(0, head.target.find('?')),
+                                destination.empty() ? "-" : destination, status,
+                                std::move(reason)});
+    }
     co_await client.write(asio::buffer(resp));
     if (options_.access_log) {
       log_->info("{} \"CONNECT {}\" {}", peer, parser.head().target, status);
@@ -112,7 +127,11 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
     co_await reply(400, std::string("Bad Request: CONNECT target must be host:port\n"));
     co_return;
   }
-  std::string destination = hp->to_string();
+  destination = hp->to_string();
+  if (live != nullptr) {
+    live->set("CONNECT " + destination, destination,
+              konnectivity_ != nullptr ? "konnectivity" : "direct");
+  }
   if (!allowed(destination)) {
     KONN_LOG(log_, info, "{}: CONNECT {} refused: not in --allowed-destinations", peer,
              destination);
@@ -164,7 +183,14 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
   }
   if (options_.access_log) log_->info("{} \"CONNECT {}\" 200 established", peer, destination);
   auto start = std::chrono::steady_clock::now();
-  auto stats = co_await relay_streams(client, *upstream, 64 * 1024, options_.half_close_timeout);
+  if (live != nullptr) {
+    live->requests.fetch_add(1, std::memory_order_relaxed);
+    live->bytes_up.fetch_add(rest.size(), std::memory_order_relaxed);
+    live->bytes_down.fetch_add(early.size(), std::memory_order_relaxed);
+  }
+  auto stats = co_await relay_streams(client, *upstream, 64 * 1024, options_.half_close_timeout,
+                                      live != nullptr ? &live->bytes_up : nullptr,
+                                      live != nullptr ? &live->bytes_down : nullptr);
   if (stats.half_close_timed_out) {
     KONN_LOG(log_, info,
              "{}: CONNECT {} closed: one side had finished and nothing moved for {} "

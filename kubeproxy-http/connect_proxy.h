@@ -12,6 +12,7 @@
 #include "kubeproxy-http/byte_stream.h"
 #include "kubeproxy-http/kubeproxy_metrics.h"
 #include "kubeproxy-http/kubeproxy_options.h"
+#include "kubeproxy-http/kubeproxy_status.h"
 
 namespace konn::kubeproxy {
 
@@ -32,7 +33,11 @@ class ConnectProxy {
   ConnectProxy(const KubeproxyOptions& options, core::konnectivity::Dialer* konnectivity = nullptr,
                KubeproxyMetrics* metrics = nullptr);
 
-  core::io::Awaitable<void> serve(ByteStream client, std::string peer);
+  // `live` (may be null): what /status.json shows of this connection.
+  core::io::Awaitable<void> serve(ByteStream client, std::string peer,
+                                  LiveConnection* live = nullptr);
+  // Where refused and failed CONNECTs are recorded for /status.json (may stay null).
+  void set_tracker(ConnectionTracker* tracker) { tracker_ = tracker; }
 
  private:
   bool allowed(const std::string& destination) const;
@@ -40,6 +45,7 @@ class ConnectProxy {
   const KubeproxyOptions& options_;
   core::konnectivity::Dialer* konnectivity_;
   KubeproxyMetrics* metrics_;
+  ConnectionTracker* tracker_ = nullptr;
   std::vector<std::regex> allowed_;
   std::string expected_auth_;  // "Basic <base64(user:password)>", "" when not required
   std::shared_ptr<spdlog::logger> log_;

@@ -241,7 +241,8 @@ core::io::Awaitable<Forwarder::UpstreamAuth> Forwarder::upstream_auth(bool calle
   co_return with_tls(std::move(c));
 }
 
-core::io::Awaitable<void> Forwarder::serve(ByteStream client, std::string peer) {
+core::io::Awaitable<void> Forwarder::serve(ByteStream client, std::string peer,
+                                           LiveConnection* live) {
   Exchange x(client, std::move(peer), static_cast<size_t>(options_.max_header_bytes));
   bool first = true;
   for (;;) {
@@ -302,7 +303,21 @@ core::io::Awaitable<void> Forwarder::serve(ByteStream client, std::string peer) 
     if (!keep) break;
     first = false;
     stats_.requests.fetch_add(1, std::memory_order_relaxed);
+    // The path without its query (a query may carry a token); never a header.
+    std::string line = x.req.head().method + " " +
+                       x.req.head().target.substr(0, x.req.head().target.find('?'));
+    if (live != nullptr) live->set(line, apiserver_, "apiserver");
     keep = co_await handle(x);
+    if (live != nullptr) {
+      live->requests.fetch_add(1, std::memory_order_relaxed);
+      live->bytes_down.fetch_add(x.bytes_out, std::memory_order_relaxed);
+    }
+    if (tracker_ != nullptr && (x.status == 0 || x.status >= 400)) {
+      tracker_->record_failure({std::chrono::system_clock::now(), x.peer, line, apiserver_,
+                                x.status,
+                                x.status == 0 ? std::string("no answer")
+                                              : std::string(core::http::reason_phrase(x.status))});
+    }
     if (metrics_ != nullptr) {
       metrics_->request("proxy");
       if (x.status != 0) metrics_->response(x.status);

@@ -16,6 +16,7 @@
 #include "kubeproxy-http/kubeconfig.h"
 #include "kubeproxy-http/kubeproxy_metrics.h"
 #include "kubeproxy-http/kubeproxy_options.h"
+#include "kubeproxy-http/kubeproxy_status.h"
 #include "kubeproxy-http/request_filter.h"
 #include "kubeproxy-http/upstream_dialer.h"
 
@@ -38,7 +39,9 @@ class Forwarder {
             const std::vector<asio::execution_context*>& contexts);
 
   // Serves one downstream connection until it closes. `peer` is for logs and X-Forwarded-For.
-  core::io::Awaitable<void> serve(ByteStream client, std::string peer);
+  // `live` (may be null): what /status.json shows of this connection.
+  core::io::Awaitable<void> serve(ByteStream client, std::string peer,
+                                  LiveConnection* live = nullptr);
 
   struct Stats {
     std::atomic<uint64_t> requests{0};
@@ -48,6 +51,8 @@ class Forwarder {
   const Stats& stats() const { return stats_; }
   // Counts requests, statuses and response bytes there (may be null). Set before serving.
   void set_metrics(KubeproxyMetrics* m) { metrics_ = m; }
+  // Where answers >= 400 are recorded for /status.json (may stay null). Set before serving.
+  void set_tracker(ConnectionTracker* t) { tracker_ = t; }
 
  private:
   struct Idle {
@@ -93,6 +98,7 @@ class Forwarder {
 
   const KubeproxyOptions& options_;
   const RestConfig& rest_;
+  const std::string apiserver_ = apiserver_address(rest_);  // for /status.json
   CredentialSource credentials_;
   RequestFilter filter_;
   UpstreamDialer dialer_;
@@ -106,6 +112,7 @@ class Forwarder {
   std::shared_ptr<spdlog::logger> log_;
   Stats stats_;
   KubeproxyMetrics* metrics_ = nullptr;
+  ConnectionTracker* tracker_ = nullptr;
 };
 
 }  // namespace konn::kubeproxy

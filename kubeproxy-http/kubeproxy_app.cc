@@ -10,6 +10,7 @@
 
 #include "core/admin/admin_server.h"
 #include "core/admin/certificate_gauges.h"
+#include "core/admin/status_page.h"
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/io/worker_pool.h"
@@ -21,6 +22,7 @@
 #include "core/tls/tls_context.h"
 #include "kubeproxy-http/connect_proxy.h"
 #include "kubeproxy-http/forwarder.h"
+#include "kubeproxy-http/kubeproxy_status.h"
 
 namespace konn::kubeproxy {
 
@@ -32,6 +34,8 @@ struct KubeproxyApp::Impl {
   KubeproxyMetrics metrics;
   // konn_certificate_expiry_timestamp_seconds of the certificate files, read at each scrape.
   core::admin::CertificateGauges certificates{metrics.registry()};
+  ConnectionTracker tracker;  // open connections and recent failures, for /status.json
+  std::unique_ptr<KubeproxyStatus> status;
   std::unique_ptr<core::konnectivity::Dialer> konnectivity;
   std::unique_ptr<Forwarder> forwarder;
   std::unique_ptr<ConnectProxy> connect;
@@ -48,12 +52,16 @@ struct KubeproxyApp::Impl {
       for (size_t i = 0; i < pool.size(); ++i) contexts.push_back(&pool.at(i));
       forwarder = std::make_unique<Forwarder>(o, *rest, contexts);
       forwarder->set_metrics(&metrics);
+      forwarder->set_tracker(&tracker);
     } else {
       if (o.konnectivity.enabled()) {
         konnectivity = std::make_unique<core::konnectivity::Dialer>(o.konnectivity);
       }
       connect = std::make_unique<ConnectProxy>(o, konnectivity.get(), &metrics);
+      connect->set_tracker(&tracker);
     }
+    status = std::make_unique<KubeproxyStatus>(o, tracker, certificates,
+                                               rest ? apiserver_address(*rest) : std::string());
     if (!o.tls_cert_file.empty()) {
       core::tls::ServerTlsConfig c;
       c.cert_file = o.tls_cert_file;
@@ -114,11 +122,13 @@ struct KubeproxyApp::Impl {
 
   core::io::Awaitable<void> session(ByteStream s, std::string peer) {
     metrics.connection_opened();
+    auto live = tracker.open(peer);
     if (forwarder) {
-      co_await forwarder->serve(std::move(s), std::move(peer));
+      co_await forwarder->serve(std::move(s), std::move(peer), live.get());
     } else {
-      co_await connect->serve(std::move(s), std::move(peer));
+      co_await connect->serve(std::move(s), std::move(peer), live.get());
     }
+    live.reset();
     metrics.connection_closed();
   }
 
@@ -155,6 +165,11 @@ struct KubeproxyApp::Impl {
     health->route("/livez", ok);
     health->route("/readyz", ready);
     health->route("/metrics", scrape);
+    // What the daemon is doing, on the health listener: only when it listens on loopback (the
+    // proxy mode's default), or with --status-page-off-loopback (else 403).
+    core::admin::route_status(*health, "kubeproxy-http", options.effective_health_bind_address(),
+                              options.status_page_off_loopback, "--status-page-off-loopback",
+                              [this](const std::string& query) { return status->build(query); });
     if (!health->start_unless_default_taken(options.health_port_set)) health.reset();
   }
 

@@ -127,6 +127,9 @@ void KubeproxyOptions::register_flags(core::config::FlagParser& f) {
         "kubeproxy-http: bind address of the health listener.");
   f.set_default_text("health-bind-address",
                      "127.0.0.1 in proxy mode, every interface in connect mode");
+  f.add("status-page-off-loopback", &status_page_off_loopback,
+        "kubeproxy-http: serve /status and /status.json on a health listener bound beyond "
+        "loopback (else 403).");
   konnectivity.register_flags(f);
   f.add("half-close-timeout", &half_close_timeout,
         "kubeproxy-http: close a CONNECT tunnel (connect mode) or an upgraded connection (101) "

@@ -60,6 +60,9 @@ struct KubeproxyOptions {
   int health_port = 8097;
   bool health_port_set = false;     // --health-port was given (command line or file)
   std::string health_bind_address;  // "": 127.0.0.1 in proxy mode, every interface in connect
+  // /status and /status.json on the health listener answer 403 unless it is bound to loopback or
+  // this is set (the page shows no secrets, but client addresses and destinations).
+  bool status_page_off_loopback = false;
 
   // The health port start-up opens (-1: none) and its bind address ("" = every interface).
   int effective_health_port() const;

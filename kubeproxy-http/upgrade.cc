@@ -37,7 +37,7 @@ struct HalfCloseBound {
 
 core::io::Awaitable<void> pump(ByteStream& from, ByteStream& to, size_t buffer_size,
                                uint64_t& bytes, std::error_code& error, bool& failed,
-                               HalfCloseBound& bound) {
+                               HalfCloseBound& bound, std::atomic<uint64_t>* moved) {
   // The buffer is taken once `from` is readable and given back when a read drained it, so an
   // idle relay holds none (streams that cannot wait without reading hold it while they wait).
   const bool lazy = from.can_wait_readable();
@@ -54,6 +54,7 @@ core::io::Awaitable<void> pump(ByteStream& from, ByteStream& to, size_t buffer_s
       bound.moved();
       auto [wec, w] = co_await to.write(asio::buffer(buf.get(), n));
       bytes += w;
+      if (moved != nullptr) moved->fetch_add(w, std::memory_order_relaxed);
       bound.moved();
       if (wec) {
         if (!error) error = wec;
@@ -84,15 +85,17 @@ core::io::Awaitable<void> pump(ByteStream& from, ByteStream& to, size_t buffer_s
 
 core::io::Awaitable<StreamRelayStats> relay_streams(ByteStream& downstream, ByteStream& upstream,
                                                     size_t buffer_size,
-                                                    std::chrono::nanoseconds half_close_timeout) {
+                                                    std::chrono::nanoseconds half_close_timeout,
+                                                    std::atomic<uint64_t>* moved_up,
+                                                    std::atomic<uint64_t>* moved_down) {
   using namespace asio::experimental::awaitable_operators;
   StreamRelayStats stats;
   bool failed = false;
   HalfCloseBound bound(downstream, upstream, half_close_timeout);
   co_await (pump(downstream, upstream, buffer_size, stats.downstream_to_upstream, stats.error,
-                 failed, bound) &&
+                 failed, bound, moved_up) &&
             pump(upstream, downstream, buffer_size, stats.upstream_to_downstream, stats.error,
-                 failed, bound));
+                 failed, bound, moved_down));
   stats.half_close_timed_out = bound.timed_out;
   co_return stats;
 }

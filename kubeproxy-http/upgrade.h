@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -28,9 +29,12 @@ inline constexpr std::chrono::seconds kDefaultHalfCloseTimeout{30};
 // EOF on one side becomes a half-close of the other, an error closes both. Once one direction
 // ended, nothing moving for `half_close_timeout` (> 0; 0: never) closes both: a peer that never
 // finishes its side does not hold the relay for good.
+// `moved_up` / `moved_down` (may be null) get the bytes of each direction as they move (for
+// /status.json).
 core::io::Awaitable<StreamRelayStats> relay_streams(
     ByteStream& downstream, ByteStream& upstream, size_t buffer_size = 64 * 1024,
-    std::chrono::nanoseconds half_close_timeout = kDefaultHalfCloseTimeout);
+    std::chrono::nanoseconds half_close_timeout = kDefaultHalfCloseTimeout,
+    std::atomic<uint64_t>* moved_up = nullptr, std::atomic<uint64_t>* moved_down = nullptr);
 
 // The upgrade exchange after the request was sent upstream: reads the apiserver's answer from
 // `upstream`; on 101 Switching Protocols passes the answer (and any bytes after it) to
