@@ -13,6 +13,7 @@
 #include "tests/integration/ha/ha_fleet.h"
 #include "tests/integration/tunnel/e2e_macros.h"
 #include "tests/support/echo_server.h"
+#include "tests/support/fake_apiserver.h"
 #include "tests/support/loopback.h"
 
 using namespace konn::e2e;
@@ -20,6 +21,14 @@ using konn::testsupport::eventually;
 using nlohmann::json;
 
 namespace {
+
+// The row of `rows` whose `key` starts with `prefix` (null when none).
+json row_starting(const json& rows, const std::string& key, const std::string& prefix) {
+  for (const auto& r : rows) {
+    if (r.value(key, "").rfind(prefix, 0) == 0) return r;
+  }
+  return nullptr;
+}
 
 // A daemon started from the build's bin dir; REQUIREs its health port to accept.
 std::unique_ptr<konn::testsupport::Process> start_status_daemon(const std::string& binary,
@@ -175,4 +184,142 @@ TEST_CASE("status: socks5's page on a health port beyond loopback needs --status
                                  "--status-page-off-loopback"},
                                 open);
   CHECK(daemon_status(open)["summary"]["daemon"] == "socks5");
+}
+
+TEST_CASE(
+    "status: kubeproxy-http's /status.json shows a forwarded watch and a CONNECT tunnel, their "
+    "failures and no token or password",
+    "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-kubeproxy-status"};
+  konn::testsupport::EchoServer echo;
+
+  // Proxy mode (kubectl proxy): a watch held open through the forwarder, then a path the default
+  // --reject-paths refuses (403).
+  const std::string token = "kubeconfig-secret-token-5150";
+  konn::testsupport::FakeApiserver api(certs.server_crt, certs.server_key, token);
+  auto kubeconfig = api.write_kubeconfig(dir.path(), certs.ca_crt);
+  uint16_t proxy_port = konn::testsupport::free_tcp_port();
+  uint16_t proxy_health = konn::testsupport::free_tcp_port();
+  auto proxy = start_status_daemon("kubeproxy-http",
+                                   {"--kubeconfig=" + kubeconfig,
+                                    "--port=" + std::to_string(proxy_port),
+                                    "--health-port=" + std::to_string(proxy_health)},
+                                   proxy_health);
+  const std::string base = "http://127.0.0.1:" + std::to_string(proxy_port);
+  const std::string watch_path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases";
+  // Bookmarks every second: the forwarder writes, so it sees the client go once curl is killed.
+  auto watch = start_curl({"-N", base + watch_path + "?watch=1&allowWatchBookmarks=true"});
+  json s;
+  json row;
+  REQUIRE(eventually(
+      [&] {
+        s = daemon_status(proxy_health);
+        row = row_with(s["connections"]["longest_lived"], "request", "GET " + watch_path);
+        return !row.is_null();
+      },
+      10s));
+  INFO(s.dump(1));
+  CHECK(s["summary"]["daemon"] == "kubeproxy-http");
+  CHECK(s["summary"]["mode"] == "proxy");
+  CHECK(s["connections"]["open"] == 1);
+  CHECK(row["via"] == "apiserver");
+  CHECK(row["destination"] == "https://127.0.0.1:" + std::to_string(api.port()));
+  CHECK(row["client"].get<std::string>().rfind("127.0.0.1", 0) == 0);
+  const std::string exec_path = "/api/v1/namespaces/default/pods/web/exec";
+  CHECK(run_curl({"-o", "/dev/null", base + exec_path + "?command=ls"}).exit_code == 0);
+  json rejected;
+  REQUIRE(eventually(
+      [&] {
+        s = daemon_status(proxy_health);
+        rejected = row_with(s["failures"]["recent"], "request", "GET " + exec_path);
+        return !rejected.is_null();
+      },
+      10s));
+  CHECK(rejected["status"] == 403);
+  for (const char* path : {"/status.json", "/status"}) {
+    auto body = http_get_local(proxy_health, path).body;
+    CHECK(body.find(token) == std::string::npos);
+    CHECK(body.find("command=ls") == std::string::npos);  // no query string
+  }
+  watch->kill(SIGKILL);
+  CHECK(eventually([&] { return daemon_status(proxy_health)["connections"]["open"] == 0; }, 10s));
+
+  // Connect mode with --proxy-user: a tunnel to the echo server held open (curl -p: CONNECT
+  // even for http://), then a refused destination (502) and a wrong password (407).
+  const std::string password = "hunter2-secret-99";
+  uint16_t connect_port = konn::testsupport::free_tcp_port();
+  uint16_t connect_health = konn::testsupport::free_tcp_port();
+  auto connect = start_status_daemon(
+      "kubeproxy-http",
+      {"--mode=connect", "--port=" + std::to_string(connect_port), "--address=127.0.0.1",
+       "--proxy-user=bob:" + password, "--health-bind-address=127.0.0.1",
+       "--health-port=" + std::to_string(connect_health)},
+      connect_health);
+  const std::string via = "http://bob:" + password + "@127.0.0.1:" + std::to_string(connect_port);
+  auto tunnel = start_curl({"--http0.9", "-p", "-x", via, "http://" + echo.address() + "/"});
+  REQUIRE(eventually(
+      [&] {
+        s = daemon_status(connect_health);
+        row = row_with(s["connections"]["busiest"], "destination", echo.address());
+        return !row.is_null() && row["bytes_up"].get<uint64_t>() > 0 &&
+               row["bytes_down"].get<uint64_t>() > 0;
+      },
+      10s));
+  CHECK(s["summary"]["mode"] == "connect");
+  CHECK(row["request"] == "CONNECT " + echo.address());
+  CHECK(row["via"] == "direct");
+  CHECK(row["bytes_up"] == row["bytes_down"]);  // the echo
+  const std::string closed = "127.0.0.1:" + std::to_string(konn::testsupport::free_tcp_port());
+  CHECK(run_curl({"-p", "-x", via, "http://" + closed + "/"}).exit_code != 0);
+  CHECK(run_curl({"-p", "-x", "http://bob:wrong@127.0.0.1:" + std::to_string(connect_port),
+                  "http://" + echo.address() + "/"})
+            .exit_code != 0);
+  json refused;
+  json unauthorized;
+  REQUIRE(eventually(
+      [&] {
+        s = daemon_status(connect_health);
+        refused = row_with(s["failures"]["recent"], "destination", closed);
+        unauthorized = row_starting(s["failures"]["recent"], "request", "CONNECT ");
+        for (const auto& f : s["failures"]["recent"]) {
+          if (f["status"] == 407) unauthorized = f;
+        }
+        return !refused.is_null() && !unauthorized.is_null() && unauthorized["status"] == 407;
+      },
+      10s));
+  CHECK(refused["status"] == 502);
+  CHECK(refused["request"] == "CONNECT " + closed);
+  for (const char* path : {"/status.json", "/status"}) {
+    auto body = http_get_local(connect_health, path).body;
+    CHECK(body.find(password) == std::string::npos);
+    CHECK(body.find("Ym9i") == std::string::npos);  // base64 of "bob": no Proxy-Authorization
+  }
+  tunnel->kill(SIGKILL);
+}
+
+TEST_CASE(
+    "status: kubeproxy-http's page on a health port beyond loopback needs "
+    "--status-page-off-loopback",
+    "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  // Connect mode's health listener binds every address by default.
+  uint16_t closed = konn::testsupport::free_tcp_port();
+  auto off = start_status_daemon(
+      "kubeproxy-http",
+      {"--mode=connect", "--port=0", "--health-port=" + std::to_string(closed)}, closed);
+  auto refused = http_get_local(closed, "/status.json");
+  CHECK(refused.status == 403);
+  CHECK(refused.body.find("--status-page-off-loopback") != std::string::npos);
+  CHECK(http_get_local(closed, "/status").status == 403);
+  CHECK(http_get_local(closed, "/metrics").status == 200);
+
+  uint16_t open = konn::testsupport::free_tcp_port();
+  auto on = start_status_daemon("kubeproxy-http",
+                                {"--mode=connect", "--port=0",
+                                 "--health-port=" + std::to_string(open),
+                                 "--status-page-off-loopback"},
+                                open);
+  CHECK(daemon_status(open)["summary"]["daemon"] == "kubeproxy-http");
 }
