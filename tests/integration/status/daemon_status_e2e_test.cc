@@ -323,3 +323,60 @@ TEST_CASE(
                                 open);
   CHECK(daemon_status(open)["summary"]["daemon"] == "kubeproxy-http");
 }
+
+TEST_CASE("status: socks5 and kubeproxy-http show a tunnel through Konnectivity as such",
+          "[e2e][status]") {
+  KONN_REQUIRE_DAEMONS();
+  const auto& certs = konn::testsupport::test_certs();
+  konn::testsupport::TempDir dir{"konn-upstream-status"};
+  konn::testsupport::EchoServer echo;
+  FleetServer server{certs, "s1", {}};
+  server.start();
+  FleetAgent agent(dir, certs, "agent-a", server.agent_port(), {});
+  REQUIRE(eventually([&] { return server.ready_agents() == 1; }, 20s));
+  const std::string upstream = "--konnectivity-address=unix:" + server.uds_path();
+
+  uint16_t socks_port = konn::testsupport::free_tcp_port();
+  uint16_t socks_health = konn::testsupport::free_tcp_port();
+  auto socks = start_status_daemon(
+      "socks5",
+      {"--port=" + std::to_string(socks_port), "--bind-address=127.0.0.1", upstream,
+       "--health-bind-address=127.0.0.1", "--health-port=" + std::to_string(socks_health)},
+      socks_health);
+  auto held = start_curl({"--http0.9", "--socks5-hostname",
+                          "127.0.0.1:" + std::to_string(socks_port),
+                          "http://" + echo.address() + "/"});
+  json s;
+  json row;
+  REQUIRE(eventually(
+      [&] {
+        s = daemon_status(socks_health);
+        row = row_with(s["sessions"]["busiest"], "destination", echo.address());
+        return !row.is_null() && row["bytes_down"].get<uint64_t>() > 0;
+      },
+      10s));
+  INFO(s.dump(1));
+  CHECK(row["via"] == "konnectivity");
+  CHECK(s["summary"]["upstream"] == "konnectivity");
+  held->kill(SIGKILL);
+
+  uint16_t kp_port = konn::testsupport::free_tcp_port();
+  uint16_t kp_health = konn::testsupport::free_tcp_port();
+  auto kp = start_status_daemon("kubeproxy-http",
+                                {"--mode=connect", "--port=" + std::to_string(kp_port),
+                                 "--address=127.0.0.1", upstream, "--health-bind-address=127.0.0.1",
+                                 "--health-port=" + std::to_string(kp_health)},
+                                kp_health);
+  auto tunnel = start_curl({"--http0.9", "-p", "-x", "http://127.0.0.1:" + std::to_string(kp_port),
+                            "http://" + echo.address() + "/"});
+  REQUIRE(eventually(
+      [&] {
+        s = daemon_status(kp_health);
+        row = row_with(s["connections"]["busiest"], "destination", echo.address());
+        return !row.is_null() && row["bytes_down"].get<uint64_t>() > 0;
+      },
+      10s));
+  CHECK(row["via"] == "konnectivity");
+  CHECK(s["summary"]["upstream"] == "konnectivity");
+  tunnel->kill(SIGKILL);
+}

@@ -10,7 +10,8 @@ foreach(t
     "status: socks5's /status.json shows curl's open session, its failures and no password"
     "status: socks5's page on a health port beyond loopback needs --status-page-off-loopback"
     "status: kubeproxy-http's /status.json shows a forwarded watch and a CONNECT tunnel, their failures and no token or password"
-    "status: kubeproxy-http's page on a health port beyond loopback needs --status-page-off-loopback")
+    "status: kubeproxy-http's page on a health port beyond loopback needs --status-page-off-loopback"
+    "status: socks5 and kubeproxy-http show a tunnel through Konnectivity as such")
   set_tests_properties("${t}" PROPERTIES LABELS "e2e;status")
 endforeach()
 set_tests_properties("status: beyond loopback the page needs --status-page-off-loopback"
