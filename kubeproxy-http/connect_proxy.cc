@@ -67,12 +67,11 @@ core::io::Awaitable<void> ConnectProxy::serve(ByteStream client, std::string pee
       std::string reason = body;
       while (!reason.empty() && reason.back() == '\n') reason.pop_back();
       const auto& head = parser.head();
-      tracker_->record_failure({std::chrono::system_clock::now(), peer,
-                                head.method.empty()
-                                    ? "-"
-                                    : head.method + " " + head.target.substr(0, head.target.find('?')),
-                                destination.empty() ? "-" : destination, status,
-                                std::move(reason)});
+      tracker_->record_failure(
+          {std::chrono::system_clock::now(), peer,
+           head.method.empty() ? "-"
+                               : head.method + " " + head.target.substr(0, head.target.find('?')),
+           destination.empty() ? "-" : destination, status, std::move(reason)});
     }
     co_await client.write(asio::buffer(resp));
     if (options_.access_log) {

@@ -304,8 +304,8 @@ core::io::Awaitable<void> Forwarder::serve(ByteStream client, std::string peer,
     first = false;
     stats_.requests.fetch_add(1, std::memory_order_relaxed);
     // The path without its query (a query may carry a token); never a header.
-    std::string line = x.req.head().method + " " +
-                       x.req.head().target.substr(0, x.req.head().target.find('?'));
+    std::string line =
+        x.req.head().method + " " + x.req.head().target.substr(0, x.req.head().target.find('?'));
     if (live != nullptr) live->set(line, apiserver_, "apiserver");
     keep = co_await handle(x);
     if (live != nullptr) {

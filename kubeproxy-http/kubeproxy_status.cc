@@ -149,7 +149,7 @@ nlohmann::ordered_json KubeproxyStatus::build(const std::string& query) const {
                     {"mode", options_.mode},
                     {"started_at", rfc3339(started_)},
                     {"open_connections", rows.size()},
-                    {"upstream", options_.mode == "proxy"            ? "apiserver"
+                    {"upstream", options_.mode == "proxy"          ? "apiserver"
                                  : options_.konnectivity.enabled() ? "konnectivity"
                                                                    : "direct"},
                     {"apiserver", apiserver_},

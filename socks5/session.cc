@@ -483,11 +483,10 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
   bool refused_reply = info.reply_code > 0;  // any REP but 00 (succeeded)
   if (refused_reply || info.reason == "authentication failed" ||
       info.reason == "no acceptable method" || info.reason == "handshake timeout") {
-    slot->registry().record_failure({std::chrono::system_clock::now(),
-                                     handle.client.to_string() + ":" +
-                                         std::to_string(handle.client_port),
-                                     info.command, info.destination, info.reply_code, info.reply,
-                                     info.reason});
+    slot->registry().record_failure(
+        {std::chrono::system_clock::now(),
+         handle.client.to_string() + ":" + std::to_string(handle.client_port), info.command,
+         info.destination, info.reply_code, info.reply, info.reason});
   }
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                   info.start)

@@ -109,7 +109,7 @@ class SessionRegistry {
   friend class Slot;
   void release(uint64_t id, const asio::ip::address& client);
 
-  mutable std::mutex failures_mu_;  // guards failures_, failure_next_, failures_total_
+  mutable std::mutex failures_mu_;        // guards failures_, failure_next_, failures_total_
   std::vector<SessionFailure> failures_;  // a ring of kFailuresKept
   size_t failure_next_ = 0;
   uint64_t failures_total_ = 0;

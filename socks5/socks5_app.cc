@@ -7,8 +7,8 @@
 #include <asio/ip/v6_only.hpp>
 #include <asio/steady_timer.hpp>
 
-#include "core/error/check.h"
 #include "core/admin/status_page.h"
+#include "core/error/check.h"
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/log/log_macros.h"
@@ -168,8 +168,8 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor,
     auto slot = registry_.admit(peer.address(), socket.get_executor(), &refusal);
     if (!slot) {
       metrics_.session_refused(refusal.limit);
-      registry_.record_failure({std::chrono::system_clock::now(),
-                                detail_address(peer), "-", "-", -1, "-", refusal.text});
+      registry_.record_failure({std::chrono::system_clock::now(), detail_address(peer), "-", "-",
+                                -1, "-", refusal.text});
       // A client hammering a limit gets one line a second; the metric counts every refusal.
       static core::log::RateLimit refusals_logged;
       if (uint64_t held = 0; refusals_logged.allow(&held)) {

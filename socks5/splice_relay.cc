@@ -99,8 +99,7 @@ constexpr size_t kFallbackChunk = 64 * 1024;
 // the pump (bytes counted, activity touched, EOF ends the direction, an error is reported).
 template <typename From, typename To>
 core::io::Awaitable<void> copy_buffered(From& from, To& to, std::vector<char>& buf, uint64_t& bytes,
-                                        std::error_code& error, Activity& activity,
-                                        int direction) {
+                                        std::error_code& error, Activity& activity, int direction) {
   for (;;) {
     auto [ec, n] = co_await from.async_read_some(asio::buffer(buf), core::io::use_nothrow);
     if (ec == asio::error::eof) co_return;

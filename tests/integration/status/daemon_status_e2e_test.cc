@@ -178,11 +178,11 @@ TEST_CASE("status: socks5's page on a health port beyond loopback needs --status
   CHECK(http_get_local(closed, "/metrics").status == 200);
 
   uint16_t open = konn::testsupport::free_tcp_port();
-  auto on = start_status_daemon("socks5",
-                                {"--port=0", "--bind-address=127.0.0.1",
-                                 "--health-port=" + std::to_string(open),
-                                 "--status-page-off-loopback"},
-                                open);
+  auto on =
+      start_status_daemon("socks5",
+                          {"--port=0", "--bind-address=127.0.0.1",
+                           "--health-port=" + std::to_string(open), "--status-page-off-loopback"},
+                          open);
   CHECK(daemon_status(open)["summary"]["daemon"] == "socks5");
 }
 
@@ -202,11 +202,11 @@ TEST_CASE(
   auto kubeconfig = api.write_kubeconfig(dir.path(), certs.ca_crt);
   uint16_t proxy_port = konn::testsupport::free_tcp_port();
   uint16_t proxy_health = konn::testsupport::free_tcp_port();
-  auto proxy = start_status_daemon("kubeproxy-http",
-                                   {"--kubeconfig=" + kubeconfig,
-                                    "--port=" + std::to_string(proxy_port),
-                                    "--health-port=" + std::to_string(proxy_health)},
-                                   proxy_health);
+  auto proxy =
+      start_status_daemon("kubeproxy-http",
+                          {"--kubeconfig=" + kubeconfig, "--port=" + std::to_string(proxy_port),
+                           "--health-port=" + std::to_string(proxy_health)},
+                          proxy_health);
   const std::string base = "http://127.0.0.1:" + std::to_string(proxy_port);
   const std::string watch_path = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases";
   // Bookmarks every second: the forwarder writes, so it sees the client go once curl is killed.
@@ -307,8 +307,8 @@ TEST_CASE(
   // Connect mode's health listener binds every address by default.
   uint16_t closed = konn::testsupport::free_tcp_port();
   auto off = start_status_daemon(
-      "kubeproxy-http",
-      {"--mode=connect", "--port=0", "--health-port=" + std::to_string(closed)}, closed);
+      "kubeproxy-http", {"--mode=connect", "--port=0", "--health-port=" + std::to_string(closed)},
+      closed);
   auto refused = http_get_local(closed, "/status.json");
   CHECK(refused.status == 403);
   CHECK(refused.body.find("--status-page-off-loopback") != std::string::npos);
@@ -316,11 +316,11 @@ TEST_CASE(
   CHECK(http_get_local(closed, "/metrics").status == 200);
 
   uint16_t open = konn::testsupport::free_tcp_port();
-  auto on = start_status_daemon("kubeproxy-http",
-                                {"--mode=connect", "--port=0",
-                                 "--health-port=" + std::to_string(open),
-                                 "--status-page-off-loopback"},
-                                open);
+  auto on =
+      start_status_daemon("kubeproxy-http",
+                          {"--mode=connect", "--port=0", "--health-port=" + std::to_string(open),
+                           "--status-page-off-loopback"},
+                          open);
   CHECK(daemon_status(open)["summary"]["daemon"] == "kubeproxy-http");
 }
 
@@ -343,9 +343,9 @@ TEST_CASE("status: socks5 and kubeproxy-http show a tunnel through Konnectivity 
       {"--port=" + std::to_string(socks_port), "--bind-address=127.0.0.1", upstream,
        "--health-bind-address=127.0.0.1", "--health-port=" + std::to_string(socks_health)},
       socks_health);
-  auto held = start_curl({"--http0.9", "--socks5-hostname",
-                          "127.0.0.1:" + std::to_string(socks_port),
-                          "http://" + echo.address() + "/"});
+  auto held =
+      start_curl({"--http0.9", "--socks5-hostname", "127.0.0.1:" + std::to_string(socks_port),
+                  "http://" + echo.address() + "/"});
   json s;
   json row;
   REQUIRE(eventually(
@@ -362,11 +362,11 @@ TEST_CASE("status: socks5 and kubeproxy-http show a tunnel through Konnectivity 
 
   uint16_t kp_port = konn::testsupport::free_tcp_port();
   uint16_t kp_health = konn::testsupport::free_tcp_port();
-  auto kp = start_status_daemon("kubeproxy-http",
-                                {"--mode=connect", "--port=" + std::to_string(kp_port),
-                                 "--address=127.0.0.1", upstream, "--health-bind-address=127.0.0.1",
-                                 "--health-port=" + std::to_string(kp_health)},
-                                kp_health);
+  auto kp = start_status_daemon(
+      "kubeproxy-http",
+      {"--mode=connect", "--port=" + std::to_string(kp_port), "--address=127.0.0.1", upstream,
+       "--health-bind-address=127.0.0.1", "--health-port=" + std::to_string(kp_health)},
+      kp_health);
   auto tunnel = start_curl({"--http0.9", "-p", "-x", "http://127.0.0.1:" + std::to_string(kp_port),
                             "http://" + echo.address() + "/"});
   REQUIRE(eventually(
