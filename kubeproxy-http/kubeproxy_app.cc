@@ -29,12 +29,14 @@ namespace konn::kubeproxy {
 struct KubeproxyApp::Impl {
   const KubeproxyOptions& options;
   std::optional<RestConfig> rest;
+  // Open connections and recent failures, for /status.json. Before the pool: a session frame
+  // destroyed with the pool unlists its connection here.
+  ConnectionTracker tracker;
   core::io::WorkerPool pool;
   asio::io_context main_ctx;
   KubeproxyMetrics metrics;
   // konn_certificate_expiry_timestamp_seconds of the certificate files, read at each scrape.
   core::admin::CertificateGauges certificates{metrics.registry()};
-  ConnectionTracker tracker;  // open connections and recent failures, for /status.json
   std::unique_ptr<KubeproxyStatus> status;
   std::unique_ptr<core::konnectivity::Dialer> konnectivity;
   std::unique_ptr<Forwarder> forwarder;

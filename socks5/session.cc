@@ -414,8 +414,6 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
   core::net::set_nodelay(client);
   SessionHandle& handle = slot->handle();
   info.live = &handle;
-  handle.client = detail::unmap(info.client.address());
-  handle.client_port = info.client.port();
   handle.close = [&client] {
     std::error_code ignored;
     client.close(ignored);
@@ -503,7 +501,8 @@ core::io::Awaitable<void> run_session(tcp::socket client, SessionEnv env,
 
 std::unique_ptr<SessionRegistry::Slot> SessionRegistry::admit(const asio::ip::address& client,
                                                               asio::any_io_executor ex,
-                                                              Refusal* refusal) {
+                                                              Refusal* refusal,
+                                                              uint16_t client_port) {
   auto key = detail::unmap(client).to_string();
   std::lock_guard lock(mu_);
   if (max_total_ > 0 && sessions_.size() >= static_cast<size_t>(max_total_)) {
@@ -522,6 +521,8 @@ std::unique_ptr<SessionRegistry::Slot> SessionRegistry::admit(const asio::ip::ad
   uint64_t id = next_id_++;
   auto handle = std::make_shared<SessionHandle>();
   handle->executor = std::move(ex);
+  handle->client = detail::unmap(client);
+  handle->client_port = client_port;
   sessions_[id] = handle;
   return std::make_unique<Slot>(*this, id, detail::unmap(client), std::move(handle));
 }

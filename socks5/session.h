@@ -50,7 +50,7 @@ struct SessionHandle {
   asio::any_io_executor executor;
   std::function<void()> close;
 
-  asio::ip::address client;
+  asio::ip::address client;  // set by admit(), before the handle is listed
   uint16_t client_port = 0;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   std::atomic<uint64_t> bytes_up{0};
@@ -88,8 +88,9 @@ class SessionRegistry {
   // connection without a word: no SOCKS message fits before the greeting). The slot frees itself
   // when the returned handle is destroyed.
   class Slot;
+  // `client_port` is only shown (/status.json).
   std::unique_ptr<Slot> admit(const asio::ip::address& client, asio::any_io_executor ex,
-                              Refusal* refusal);
+                              Refusal* refusal, uint16_t client_port = 0);
 
   size_t active() const;
   // Posts `close` of every live session to its executor.

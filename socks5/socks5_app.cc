@@ -165,7 +165,7 @@ core::io::Awaitable<void> Socks5App::accept_loop(tcp::acceptor& acceptor,
     auto peer = socket.remote_endpoint(pec);
     if (pec) continue;
     SessionRegistry::Refusal refusal;
-    auto slot = registry_.admit(peer.address(), socket.get_executor(), &refusal);
+    auto slot = registry_.admit(peer.address(), socket.get_executor(), &refusal, peer.port());
     if (!slot) {
       metrics_.session_refused(refusal.limit);
       registry_.record_failure({std::chrono::system_clock::now(), detail_address(peer), "-", "-",
