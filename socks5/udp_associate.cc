@@ -108,7 +108,10 @@ core::io::Awaitable<void> client_to_destinations(Association& as, SessionEnv env
     auto [sec, sent] =
         co_await out.async_send_to(asio::buffer(buf.data() + p.value.header_size, payload),
                                    udp::endpoint(ip, dst.port), core::io::use_nothrow);
-    if (!sec) info.bytes_up += sent;
+    if (!sec) {
+      info.bytes_up += sent;
+      if (info.live != nullptr) info.live->bytes_up.fetch_add(sent, std::memory_order_relaxed);
+    }
   }
 }
 
@@ -131,7 +134,10 @@ core::io::Awaitable<void> destinations_to_client(Association& as, udp::socket& o
     auto [sec, sent] = co_await as.front.async_send_to(
         asio::buffer(buf.data() + kRoom - hdr.size(), hdr.size() + n), *as.client,
         core::io::use_nothrow);
-    if (!sec) info.bytes_down += n;
+    if (!sec) {
+      info.bytes_down += n;
+      if (info.live != nullptr) info.live->bytes_down.fetch_add(n, std::memory_order_relaxed);
+    }
   }
 }
 
