@@ -4,6 +4,7 @@
 
 #include "core/admin/status_page.h"
 #include "core/config/duration.h"
+#include "core/net/url_escape.h"
 
 #ifndef KONN_VERSION
 #define KONN_VERSION "unknown"
@@ -182,7 +183,7 @@ nlohmann::ordered_json KubeproxyStatus::build(const std::string& query) const {
                   {"context", k.context},
                   {"cluster", k.cluster},
                   {"user", k.user},
-                  {"server", k.server},
+                  {"server", core::net::redact_url_credentials(k.server)},
                   {"token", set(k.token)},
                   {"certificate-authority", k.certificate_authority},
                   {"client-certificate", k.client_certificate},

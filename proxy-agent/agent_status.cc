@@ -4,6 +4,7 @@
 
 #include "core/admin/status_page.h"
 #include "core/config/duration.h"
+#include "core/net/url_escape.h"
 
 #ifndef KONN_VERSION
 #define KONN_VERSION "unknown"
@@ -19,15 +20,6 @@ uint64_t relaxed(const std::atomic<uint64_t>& v) { return v.load(std::memory_ord
 int64_t relaxed(const std::atomic<int64_t>& v) { return v.load(std::memory_order_relaxed); }
 
 }  // namespace
-
-std::string redact_url_credentials(const std::string& url) {
-  auto scheme = url.find("://");
-  size_t start = scheme == std::string::npos ? 0 : scheme + 3;
-  auto at = url.find('@', start);
-  auto slash = url.find('/', start);
-  if (at == std::string::npos || (slash != std::string::npos && at > slash)) return url;
-  return url.substr(0, start) + "***" + url.substr(at);
-}
 
 AgentStatus::AgentStatus(const AgentOptions& options, const ServerSet& servers,
                          std::shared_ptr<const AgentStats> stats,
@@ -169,7 +161,7 @@ json AgentStatus::build(const std::string& query) const {
   // Settings only: file paths, never their contents; the proxy URL without its credentials.
   out["flags"] = {{"proxy-server-host", options_.proxy_server_hosts},
                   {"proxy-server-port", options_.proxy_server_port},
-                  {"proxy-url", redact_url_credentials(options_.proxy_url)},
+                  {"proxy-url", core::net::redact_url_credentials(options_.proxy_url)},
                   {"ca-cert", options_.ca_cert},
                   {"agent-cert", options_.agent_cert},
                   {"service-account-token-path", options_.service_account_token_path},

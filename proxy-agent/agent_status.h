@@ -35,7 +35,4 @@ class AgentStatus {
   const std::chrono::system_clock::time_point started_ = std::chrono::system_clock::now();
 };
 
-// `url` with any user:password@ replaced by "***@" (safe to show).
-std::string redact_url_credentials(const std::string& url);
-
 }  // namespace konn::agent

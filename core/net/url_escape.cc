@@ -33,4 +33,13 @@ std::optional<std::string> url_unescape(std::string_view s, UrlPart part) {
   return out;
 }
 
+std::string redact_url_credentials(const std::string& url) {
+  auto scheme = url.find("://");
+  size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  auto at = url.find('@', start);
+  auto slash = url.find('/', start);
+  if (at == std::string::npos || (slash != std::string::npos && at > slash)) return url;
+  return url.substr(0, start) + "***" + url.substr(at);
+}
+
 }  // namespace konn::core::net

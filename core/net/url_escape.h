@@ -14,4 +14,7 @@ enum class UrlPart { QueryComponent, Userinfo };
 // Decodes %XX escapes. nullopt when a '%' is not followed by two hex digits, as Go refuses them.
 std::optional<std::string> url_unescape(std::string_view s, UrlPart part);
 
+// `url` with any user:password@ replaced by "***@", safe to show on a status page or in a log.
+std::string redact_url_credentials(const std::string& url);
+
 }  // namespace konn::core::net

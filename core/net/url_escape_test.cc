@@ -22,3 +22,12 @@ TEST_CASE("url_unescape refuses a '%' without two hex digits", "[net]") {
     CHECK_FALSE(url_unescape(bad, UrlPart::Userinfo));
   }
 }
+
+TEST_CASE("redact_url_credentials: a URL's user and password are never shown", "[net]") {
+  using konn::core::net::redact_url_credentials;
+  CHECK(redact_url_credentials("http://user:secret@proxy:3128") == "http://***@proxy:3128");
+  CHECK(redact_url_credentials("https://admin:pw@10.0.0.1:6443/base") == "https://***@10.0.0.1:6443/base");
+  CHECK(redact_url_credentials("http://proxy:3128/a@b") == "http://proxy:3128/a@b");
+  CHECK(redact_url_credentials("proxy:3128") == "proxy:3128");
+  CHECK(redact_url_credentials("") == "");
+}
