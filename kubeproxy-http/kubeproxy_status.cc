@@ -45,28 +45,6 @@ std::vector<std::shared_ptr<const LiveConnection>> ConnectionTracker::snapshot()
   return out;
 }
 
-void ConnectionTracker::record_failure(ConnectionFailure f) {
-  std::lock_guard lock(failures_mu_);
-  ++failures_total_;
-  if (failures_.size() < kFailuresKept) {
-    failures_.push_back(std::move(f));
-    return;
-  }
-  failures_[failure_next_] = std::move(f);
-  failure_next_ = (failure_next_ + 1) % kFailuresKept;
-}
-
-std::vector<ConnectionFailure> ConnectionTracker::recent_failures(uint64_t* total) const {
-  std::lock_guard lock(failures_mu_);
-  if (total != nullptr) *total = failures_total_;
-  std::vector<ConnectionFailure> out;
-  out.reserve(failures_.size());
-  for (size_t i = 0; i < failures_.size(); ++i) {
-    out.push_back(failures_[(failure_next_ + i) % failures_.size()]);
-  }
-  return out;
-}
-
 nlohmann::ordered_json KubeproxyStatus::build(const std::string& query) const {
   using Json = nlohmann::ordered_json;
   using core::admin::rfc3339;
@@ -129,8 +107,8 @@ nlohmann::ordered_json KubeproxyStatus::build(const std::string& query) const {
   Json longest = top([](const Row* a, const Row* b) { return a->age > b->age; });
   Json busiest = top([](const Row* a, const Row* b) { return a->up + a->down > b->up + b->down; });
 
-  uint64_t failures_total = 0;
-  auto recent = tracker_.recent_failures(&failures_total);
+  const uint64_t failures_total = tracker_.failures().total();
+  auto recent = tracker_.failures().snapshot();
   Json failures = Json::array();
   for (auto it = recent.rbegin(); it != recent.rend(); ++it) {
     failures.push_back({{"at", rfc3339(it->at)},

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/admin/certificate_gauges.h"
+#include "core/log/recent_events.h"
 #include "kubeproxy-http/kubeproxy_options.h"
 
 namespace konn::kubeproxy {
@@ -57,18 +58,15 @@ class ConnectionTracker {
   static constexpr size_t kFailuresKept = 50;
   // Registers a connection; it stays listed until the returned pointer is released.
   std::shared_ptr<LiveConnection> open(std::string peer);
-  void record_failure(ConnectionFailure f);
+  void record_failure(ConnectionFailure f) { failures_.record(std::move(f)); }
   std::vector<std::shared_ptr<const LiveConnection>> snapshot() const;
-  std::vector<ConnectionFailure> recent_failures(uint64_t* total) const;
+  const core::log::RecentEvents<ConnectionFailure>& failures() const { return failures_; }
 
  private:
   void close(const LiveConnection* c);
   mutable std::mutex mu_;
   std::unordered_map<const LiveConnection*, std::weak_ptr<LiveConnection>> open_;
-  mutable std::mutex failures_mu_;
-  std::vector<ConnectionFailure> failures_;  // a ring of kFailuresKept
-  size_t failure_next_ = 0;
-  uint64_t failures_total_ = 0;
+  core::log::RecentEvents<ConnectionFailure> failures_{kFailuresKept};
 };
 
 // kubeproxy-http's /status.json and /status (on the health listener; core/admin/status_page

@@ -86,7 +86,7 @@ json AgentStatus::build(const std::string& query) const {
   };
 
   json refused = json::array();
-  auto recent = s.refusals_snapshot();
+  auto recent = s.refusals.snapshot();
   for (auto it = recent.rbegin(); it != recent.rend(); ++it) {
     refused.push_back({{"at", rfc3339(it->at)},
                        {"reason", it->reason},

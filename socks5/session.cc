@@ -548,28 +548,6 @@ std::vector<std::shared_ptr<const SessionHandle>> SessionRegistry::snapshot(
   return out;
 }
 
-void SessionRegistry::record_failure(SessionFailure f) {
-  std::lock_guard lock(failures_mu_);
-  ++failures_total_;
-  if (failures_.size() < kFailuresKept) {
-    failures_.push_back(std::move(f));
-    return;
-  }
-  failures_[failure_next_] = std::move(f);
-  failure_next_ = (failure_next_ + 1) % kFailuresKept;
-}
-
-std::vector<SessionFailure> SessionRegistry::recent_failures(uint64_t* total) const {
-  std::lock_guard lock(failures_mu_);
-  if (total != nullptr) *total = failures_total_;
-  std::vector<SessionFailure> out;
-  out.reserve(failures_.size());
-  for (size_t i = 0; i < failures_.size(); ++i) {
-    out.push_back(failures_[(failure_next_ + i) % failures_.size()]);
-  }
-  return out;
-}
-
 size_t SessionRegistry::active() const {
   std::lock_guard lock(mu_);
   return sessions_.size();

@@ -14,6 +14,7 @@
 
 #include "core/io/asio_compat.h"
 #include "core/konnectivity/dialer.h"
+#include "core/log/recent_events.h"
 #include "core/net/resolver.h"
 #include "socks5/socks5_metrics.h"
 #include "socks5/socks5_options.h"
@@ -101,8 +102,8 @@ class SessionRegistry {
   std::vector<std::shared_ptr<const SessionHandle>> snapshot(size_t* most_per_client) const;
   // The last kFailuresKept failures (oldest first), and how many there were in all.
   static constexpr size_t kFailuresKept = 50;
-  void record_failure(SessionFailure f);
-  std::vector<SessionFailure> recent_failures(uint64_t* total) const;
+  void record_failure(SessionFailure f) { failures_.record(std::move(f)); }
+  const core::log::RecentEvents<SessionFailure>& failures() const { return failures_; }
   int max_total() const { return max_total_; }
   int max_per_client() const { return max_per_client_; }
 
@@ -110,10 +111,7 @@ class SessionRegistry {
   friend class Slot;
   void release(uint64_t id, const asio::ip::address& client);
 
-  mutable std::mutex failures_mu_;        // guards failures_, failure_next_, failures_total_
-  std::vector<SessionFailure> failures_;  // a ring of kFailuresKept
-  size_t failure_next_ = 0;
-  uint64_t failures_total_ = 0;
+  core::log::RecentEvents<SessionFailure> failures_{kFailuresKept};
 
   const int max_total_;
   const int max_per_client_;

@@ -73,8 +73,8 @@ StatusJson Socks5Status::build(const std::string& query) const {
   StatusJson busiest =
       top([](const Row* a, const Row* b) { return a->up + a->down > b->up + b->down; });
 
-  uint64_t failures_total = 0;
-  auto recent = registry_.recent_failures(&failures_total);
+  const uint64_t failures_total = registry_.failures().total();
+  auto recent = registry_.failures().snapshot();
   StatusJson failures = StatusJson::array();
   for (auto it = recent.rbegin(); it != recent.rend(); ++it) {
     std::string code = "-";

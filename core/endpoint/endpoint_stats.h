@@ -4,9 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <deque>
-#include <mutex>
 #include <string>
+#include <utility>
+
+#include "core/log/recent_events.h"
 
 namespace konn::core::endpoint {
 
@@ -68,19 +69,10 @@ struct EndpointStats {
   };
   static constexpr size_t kRefusalsKept = 32;
   void refused(std::string reason, std::string destination, std::string error) {
-    std::lock_guard lock(refusals_mu_);
-    if (refusals_.size() == kRefusalsKept) refusals_.pop_front();
-    refusals_.push_back({std::chrono::system_clock::now(), std::move(reason),
-                         std::move(destination), std::move(error)});
+    refusals.record({std::chrono::system_clock::now(), std::move(reason), std::move(destination),
+                     std::move(error)});
   }
-  std::deque<Refusal> refusals_snapshot() const {
-    std::lock_guard lock(refusals_mu_);
-    return refusals_;
-  }
-
- private:
-  mutable std::mutex refusals_mu_;
-  std::deque<Refusal> refusals_;  // under refusals_mu_
+  log::RecentEvents<Refusal> refusals{kRefusalsKept};
 };
 
 }  // namespace konn::core::endpoint

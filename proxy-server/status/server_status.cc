@@ -152,7 +152,7 @@ json ServerStatus::build(const std::string& query) const {
   for (const auto& t : busiest) busiest_j.push_back(tunnel_json(t, now));
 
   json failures = json::array();
-  auto recent = router_.dial_failures().recent();
+  auto recent = router_.dial_failures().snapshot();
   for (auto it = recent.rbegin(); it != recent.rend(); ++it) {
     failures.push_back({{"at", rfc3339(it->at)},
                         {"reason", it->reason},

@@ -89,7 +89,7 @@ class Router {
   TokenReviewer* reviewer_ = nullptr;
   NodeService* node_ = nullptr;
   std::atomic<int64_t> frontends_{0};  // slots taken (--max-frontend-streams)
-  DialFailureLog dial_failures_;
+  DialFailureLog dial_failures_{kDialFailuresKept};
   void update_ready_gauges();
   void backends_changed();
 };
