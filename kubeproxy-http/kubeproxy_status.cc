@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/admin/status_page.h"
+#include "core/admin/top_n.h"
 #include "core/config/duration.h"
 #include "core/net/url_escape.h"
 
@@ -84,15 +85,8 @@ nlohmann::ordered_json KubeproxyStatus::build(const std::string& query) const {
     }
   }
   auto top = [&rows, top_n](auto better) {
-    std::vector<const Row*> list;
-    list.reserve(rows.size());
-    for (const auto& r : rows) list.push_back(&r);
-    size_t n = std::min(top_n, list.size());
-    std::partial_sort(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(n), list.end(),
-                      better);
-    list.resize(n);
     Json out = Json::array();
-    for (const Row* r : list) {
+    for (const Row* r : core::admin::best_of(rows, top_n, better)) {
       out.push_back({{"client", r->peer},
                      {"request", r->request},
                      {"destination", r->destination},
@@ -104,8 +98,8 @@ nlohmann::ordered_json KubeproxyStatus::build(const std::string& query) const {
     }
     return out;
   };
-  Json longest = top([](const Row* a, const Row* b) { return a->age > b->age; });
-  Json busiest = top([](const Row* a, const Row* b) { return a->up + a->down > b->up + b->down; });
+  Json longest = top([](const Row& a, const Row& b) { return a.age > b.age; });
+  Json busiest = top([](const Row& a, const Row& b) { return a.up + a.down > b.up + b.down; });
 
   const uint64_t failures_total = tracker_.failures().total();
   auto recent = tracker_.failures().snapshot();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/admin/status_page.h"
+#include "core/admin/top_n.h"
 #include "core/config/duration.h"
 #include "core/net/url_escape.h"
 
@@ -58,20 +59,11 @@ json AgentStatus::build(const std::string& query) const {
   auto bytes = [](const Row& r) {
     return r.status.bytes_from_endpoint + r.status.bytes_to_endpoint;
   };
-  std::vector<const Row*> by_age;
-  std::vector<const Row*> by_bytes;
-  for (const auto& r : set.tunnels) {
-    by_age.push_back(&r);
-    by_bytes.push_back(&r);
-  }
-  auto keep = [top_n](std::vector<const Row*>& rows, auto better) {
-    size_t n = std::min(top_n, rows.size());
-    std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(n), rows.end(),
-                      better);
-    rows.resize(n);
-  };
-  keep(by_age, [](const Row* a, const Row* b) { return a->status.started < b->status.started; });
-  keep(by_bytes, [&bytes](const Row* a, const Row* b) { return bytes(*a) > bytes(*b); });
+  auto by_age = core::admin::best_of(set.tunnels, top_n, [](const Row& a, const Row& b) {
+    return a.status.started < b.status.started;
+  });
+  auto by_bytes = core::admin::best_of(
+      set.tunnels, top_n, [&bytes](const Row& a, const Row& b) { return bytes(a) > bytes(b); });
   auto rows = [now](const std::vector<const Row*>& list) {
     json out = json::array();
     for (const Row* r : list) {

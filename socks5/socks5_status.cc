@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/admin/status_page.h"
+#include "core/admin/top_n.h"
 #include "core/config/duration.h"
 
 #ifndef KONN_VERSION
@@ -50,15 +51,8 @@ StatusJson Socks5Status::build(const std::string& query) const {
   }
   handles.clear();
   auto top = [&rows, top_n](auto better) {
-    std::vector<const Row*> list;
-    list.reserve(rows.size());
-    for (const auto& r : rows) list.push_back(&r);
-    size_t n = std::min(top_n, list.size());
-    std::partial_sort(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(n), list.end(),
-                      better);
-    list.resize(n);
     StatusJson out = StatusJson::array();
-    for (const Row* r : list) {
+    for (const Row* r : core::admin::best_of(rows, top_n, better)) {
       out.push_back({{"client", r->client},
                      {"command", r->command},
                      {"destination", r->destination},
@@ -69,9 +63,9 @@ StatusJson Socks5Status::build(const std::string& query) const {
     }
     return out;
   };
-  StatusJson longest = top([](const Row* a, const Row* b) { return a->age > b->age; });
+  StatusJson longest = top([](const Row& a, const Row& b) { return a.age > b.age; });
   StatusJson busiest =
-      top([](const Row* a, const Row* b) { return a->up + a->down > b->up + b->down; });
+      top([](const Row& a, const Row& b) { return a.up + a.down > b.up + b.down; });
 
   const uint64_t failures_total = registry_.failures().total();
   auto recent = registry_.failures().snapshot();

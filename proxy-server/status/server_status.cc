@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/admin/status_page.h"
+#include "core/admin/top_n.h"
 #include "core/config/duration.h"
 #include "proxy-server/backend/backend.h"
 #include "proxy-server/tunnel/frontend.h"
@@ -90,8 +91,6 @@ json ServerStatus::build(const std::string& query) const {
   size_t tunnels_total = 0;
   size_t most_tunnels = 0;
   size_t most_pending = 0;
-  std::vector<TunnelRow> oldest;
-  std::vector<TunnelRow> busiest;
   auto older = [](const TunnelRow& a, const TunnelRow& b) {
     return a.status.started < b.status.started;
   };
@@ -99,18 +98,8 @@ json ServerStatus::build(const std::string& query) const {
     return a.status.bytes_from_client + a.status.bytes_to_client >
            b.status.bytes_from_client + b.status.bytes_to_client;
   };
-  // Keeps the best `top_n` of `rows` by `better` (a heap whose top is the worst kept).
-  auto keep = [top_n](std::vector<TunnelRow>& rows, const TunnelRow& row, auto better) {
-    if (top_n == 0) return;
-    if (rows.size() < top_n) {
-      rows.push_back(row);
-      std::push_heap(rows.begin(), rows.end(), better);
-    } else if (better(row, rows.front())) {
-      std::pop_heap(rows.begin(), rows.end(), better);
-      rows.back() = row;
-      std::push_heap(rows.begin(), rows.end(), better);
-    }
-  };
+  core::admin::TopN<TunnelRow, decltype(older)> oldest_kept(top_n, older);
+  core::admin::TopN<TunnelRow, decltype(busier)> busiest_kept(top_n, busier);
   for (const auto& b : backends) {
     auto tunnels = b->tunnels();
     const size_t pending = router_.pending().size_of(b.get());
@@ -119,12 +108,12 @@ json ServerStatus::build(const std::string& query) const {
     most_pending = std::max(most_pending, pending);
     for (const auto& [id, frontend] : tunnels) {
       TunnelRow row{b->agent_id(), id, frontend->status()};
-      keep(oldest, row, older);
-      keep(busiest, row, busier);
+      oldest_kept.offer(row);
+      busiest_kept.offer(row);
     }
   }
-  std::sort(oldest.begin(), oldest.end(), older);
-  std::sort(busiest.begin(), busiest.end(), busier);
+  const auto oldest = std::move(oldest_kept).sorted();
+  const auto busiest = std::move(busiest_kept).sorted();
 
   json agents = json::array();
   for (size_t i = static_cast<size_t>(offset);
