@@ -51,6 +51,41 @@ std::string kube_apiserver_path() {
   return KONN_KUBE_APISERVER;
 }
 
+// The kube-apiserver binary, or an exception saying how to get one.
+std::string require_kube_apiserver() {
+  std::string kas = kube_apiserver_path();
+  if (::access(kas.c_str(), X_OK) != 0) {
+    throw std::runtime_error("kube-apiserver not found at " + kas +
+                             ": run scripts/kube-apiserver.sh (scripts/test.sh does) or set "
+                             "KONN_KUBE_APISERVER");
+  }
+  return kas;
+}
+
+std::string etcd_url(uint16_t port) { return "http://127.0.0.1:" + std::to_string(port); }
+
+// A one-member etcd on loopback, its data in `dir`.
+std::unique_ptr<Process> start_etcd(const konn::testsupport::TempDir& dir, uint16_t client_port,
+                                    uint16_t peer_port) {
+  ProcessOptions o;
+  o.binary = "etcd";
+  o.search_path = true;
+  o.log_path = dir.file("etcd.log");
+  const std::string client_url = etcd_url(client_port);
+  const std::string peer_url = etcd_url(peer_port);
+  o.args = {"--name=konn",
+            "--data-dir=" + dir.file("etcd"),
+            "--listen-client-urls=" + client_url,
+            "--advertise-client-urls=" + client_url,
+            "--listen-peer-urls=" + peer_url,
+            "--initial-advertise-peer-urls=" + peer_url,
+            "--initial-cluster=konn=" + peer_url,
+            "--listen-metrics-urls=",
+            "--log-level=warn",
+            "--logger=zap"};
+  return std::make_unique<Process>(o);
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;
@@ -142,35 +177,16 @@ struct KubeStack {
 
 KubeStack::KubeStack(Egress e) : egress(e), certs(konn::testsupport::test_certs()) {
   uds = dir.file("konn.sock");
-  const std::string kas = kube_apiserver_path();
-  if (::access(kas.c_str(), X_OK) != 0) {
-    throw std::runtime_error("kube-apiserver not found at " + kas +
-                             ": run scripts/kube-apiserver.sh (scripts/test.sh does) or set "
-                             "KONN_KUBE_APISERVER");
-  }
+  const std::string kas = require_kube_apiserver();
   if (!Process::bin_exists("kube-test-backend")) {
     throw std::runtime_error(
         "kube-test-backend is not built (needs golang-go: "
         "scripts/kube-apiserver.sh installs it; then reconfigure)");
   }
 
+  etcd = start_etcd(dir, etcd_port, etcd_peer_port);
+  const std::string client_url = etcd_url(etcd_port);
   ProcessOptions o;
-  o.binary = "etcd";
-  o.search_path = true;
-  o.log_path = dir.file("etcd.log");
-  const std::string client_url = "http://127.0.0.1:" + std::to_string(etcd_port);
-  const std::string peer_url = "http://127.0.0.1:" + std::to_string(etcd_peer_port);
-  o.args = {"--name=konn",
-            "--data-dir=" + dir.file("etcd"),
-            "--listen-client-urls=" + client_url,
-            "--advertise-client-urls=" + client_url,
-            "--listen-peer-urls=" + peer_url,
-            "--initial-advertise-peer-urls=" + peer_url,
-            "--initial-cluster=konn=" + peer_url,
-            "--listen-metrics-urls=",
-            "--log-level=warn",
-            "--logger=zap"};
-  etcd = std::make_unique<Process>(o);
 
   o = {};
   o.binary = "proxy-server";
@@ -794,29 +810,10 @@ struct LeaseStack {
 };
 
 LeaseStack::LeaseStack() {
-  const std::string kas = kube_apiserver_path();
-  if (::access(kas.c_str(), X_OK) != 0) {
-    throw std::runtime_error("kube-apiserver not found at " + kas +
-                             ": run scripts/kube-apiserver.sh (scripts/test.sh does) or set "
-                             "KONN_KUBE_APISERVER");
-  }
+  const std::string kas = require_kube_apiserver();
+  etcd = start_etcd(dir, etcd_port, etcd_peer_port);
+  const std::string client_url = etcd_url(etcd_port);
   ProcessOptions o;
-  o.binary = "etcd";
-  o.search_path = true;
-  o.log_path = dir.file("etcd.log");
-  const std::string client_url = "http://127.0.0.1:" + std::to_string(etcd_port);
-  const std::string peer_url = "http://127.0.0.1:" + std::to_string(etcd_peer_port);
-  o.args = {"--name=konn",
-            "--data-dir=" + dir.file("etcd"),
-            "--listen-client-urls=" + client_url,
-            "--advertise-client-urls=" + client_url,
-            "--listen-peer-urls=" + peer_url,
-            "--initial-advertise-peer-urls=" + peer_url,
-            "--initial-cluster=konn=" + peer_url,
-            "--listen-metrics-urls=",
-            "--log-level=warn",
-            "--logger=zap"};
-  etcd = std::make_unique<Process>(o);
 
   o = {};
   o.binary = "openssl";

@@ -66,6 +66,17 @@ int served(const Process& agent, const std::string& address) {
   return agent.count_in_log("dial " + address + " connectID=");
 }
 
+// Two started konn servers, s1 and s2, with the same extra flags.
+std::vector<std::unique_ptr<FleetServer>> two_servers(const konn::testsupport::TestCerts& certs,
+                                                      const std::vector<std::string>& args) {
+  std::vector<std::unique_ptr<FleetServer>> servers;
+  for (const char* id : {"s1", "s2"}) {
+    servers.push_back(std::make_unique<FleetServer>(certs, id, args));
+    servers.back()->start();
+  }
+  return servers;
+}
+
 std::vector<uint16_t> agent_ports(const std::vector<std::unique_ptr<FleetServer>>& servers) {
   std::vector<uint16_t> ports;
   for (const auto& s : servers) ports.push_back(s->agent_port());
@@ -230,12 +241,7 @@ TEST_CASE(
   const auto& certs = konn::testsupport::test_certs();
   konn::testsupport::TempDir dir{"konn-mixed"};
   konn::testsupport::EchoServer echo;
-  std::vector<std::unique_ptr<FleetServer>> servers;
-  for (const char* id : {"s1", "s2"}) {
-    servers.push_back(
-        std::make_unique<FleetServer>(certs, id, std::vector<std::string>{"--server-count=2"}));
-    servers.back()->start();
-  }
+  auto servers = two_servers(certs, {"--server-count=2"});
   TcpBalancer lb;
   lb.set_backends(agent_ports(servers));
   auto a = upstream_like_agent(dir, certs, "up-a", lb.port());
@@ -272,14 +278,8 @@ TEST_CASE(
   konn::testsupport::FakeApiserver api(certs.server_crt, certs.server_key, "lease-caller");
   std::string kubeconfig = api.write_kubeconfig(dir.path(), certs.ca_crt);
   // --server-count=1: only the Leases can tell the agent there are two servers.
-  std::vector<std::unique_ptr<FleetServer>> servers;
-  for (const char* id : {"s1", "s2"}) {
-    servers.push_back(std::make_unique<FleetServer>(
-        certs, id,
-        std::vector<std::string>{"--server-count=1", "--enable-lease-controller",
-                                 "--kubeconfig=" + kubeconfig, "--lease-renew-interval=1s"}));
-    servers.back()->start();
-  }
+  auto servers = two_servers(certs, {"--server-count=1", "--enable-lease-controller",
+                                     "--kubeconfig=" + kubeconfig, "--lease-renew-interval=1s"});
   REQUIRE(eventually([&] { return api.lease_names("kube-system").size() == 2; }, 20s));
   TcpBalancer lb;
   lb.set_backends(agent_ports(servers));
@@ -310,12 +310,7 @@ TEST_CASE(
   const auto& certs = konn::testsupport::test_certs();
   konn::testsupport::TempDir dir{"konn-mixed"};
   konn::testsupport::EchoServer echo;
-  std::vector<std::unique_ptr<FleetServer>> servers;
-  for (const char* id : {"s1", "s2"}) {
-    servers.push_back(
-        std::make_unique<FleetServer>(certs, id, std::vector<std::string>{"--server-count=2"}));
-    servers.back()->start();
-  }
+  auto servers = two_servers(certs, {"--server-count=2"});
   TcpBalancer lb;
   lb.set_backends(agent_ports(servers));
   // Both follow konn's servercount header through the one balanced address (one after the
