@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/profiling/heap_stats.h"
+#include "tests/support/http_get.h"
 
 using konn::core::admin::AdminServer;
 using konn::core::admin::Response;
@@ -21,30 +22,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Reply {
-  int status = 0;
-  std::string body;
-};
-
-Reply get(uint16_t port, const std::string& path) {
-  asio::io_context ctx;
-  asio::ip::tcp::socket s(ctx);
-  s.connect({asio::ip::make_address("127.0.0.1"), port});
-  asio::write(s, asio::buffer("GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
-  std::string out;
-  std::error_code ec;
-  char buf[4096];
-  for (;;) {
-    size_t n = s.read_some(asio::buffer(buf), ec);
-    out.append(buf, n);
-    if (ec) break;
-  }
-  Reply r;
-  if (out.size() > 12) r.status = std::stoi(out.substr(9, 3));
-  auto body = out.find("\r\n\r\n");
-  if (body != std::string::npos) r.body = out.substr(body + 4);
-  return r;
-}
+using konn::testsupport::http_get_local;
 
 AdminServer& started(AdminServer& server, bool profiling) {
   server.route("/healthz", [](const std::string&) {
@@ -70,7 +48,7 @@ TEST_CASE("profiling off: /debug/pprof paths are 404", "[profiling][admin]") {
   for (const char* path : {"/debug/pprof/", "/debug/pprof/profile?seconds=1", "/debug/pprof/heap",
                            "/debug/pprof/block"}) {
     INFO(path);
-    CHECK(get(server.port(), path).status == 404);
+    CHECK(http_get_local(server.port(), path).status == 404);
   }
 }
 
@@ -79,10 +57,11 @@ TEST_CASE("profiling on: a CPU profile over real HTTP, /healthz answering meanwh
   AdminServer server("admin", "127.0.0.1", 0);
   started(server, true);
   auto port = server.port();
-  CHECK(get(port, "/debug/pprof/").body.find("/debug/pprof/profile") != std::string::npos);
-  CHECK(get(port, "/debug/pprof/profile?seconds=0").status == 400);
-  CHECK(get(port, "/debug/pprof/profile?seconds=61").status == 400);
-  CHECK(get(port, "/debug/pprof/profile?seconds=x").status == 400);
+  CHECK(http_get_local(port, "/debug/pprof/").body.find("/debug/pprof/profile") !=
+        std::string::npos);
+  CHECK(http_get_local(port, "/debug/pprof/profile?seconds=0").status == 400);
+  CHECK(http_get_local(port, "/debug/pprof/profile?seconds=61").status == 400);
+  CHECK(http_get_local(port, "/debug/pprof/profile?seconds=x").status == 400);
 
   std::atomic<bool> stop{false};
   std::thread worker([&] {
@@ -91,14 +70,15 @@ TEST_CASE("profiling on: a CPU profile over real HTTP, /healthz answering meanwh
   });
   auto t0 = std::chrono::steady_clock::now();
   auto profile =
-      std::async(std::launch::async, [&] { return get(port, "/debug/pprof/profile?seconds=2"); });
+      std::async(std::launch::async,
+                 [&] { return http_get_local(port, "/debug/pprof/profile?seconds=2"); });
   std::this_thread::sleep_for(300ms);  // let the profile start
   // The admin thread is free while the profile runs: health answers at once, and a second
   // profile is refused rather than queued.
   auto h0 = std::chrono::steady_clock::now();
-  CHECK(get(port, "/healthz").status == 200);
+  CHECK(http_get_local(port, "/healthz").status == 200);
   CHECK(std::chrono::steady_clock::now() - h0 < 500ms);
-  auto second = get(port, "/debug/pprof/profile?seconds=1");
+  auto second = http_get_local(port, "/debug/pprof/profile?seconds=1");
   CHECK(second.status == 409);
   auto r = profile.get();
   stop = true;
@@ -113,7 +93,7 @@ TEST_CASE("profiling on: a CPU profile over real HTTP, /healthz answering meanwh
 TEST_CASE("profiling on: heap statistics parse, contention answers 501", "[profiling][admin]") {
   AdminServer server("admin", "127.0.0.1", 0);
   started(server, true);
-  auto heap = get(server.port(), "/debug/pprof/heap");
+  auto heap = http_get_local(server.port(), "/debug/pprof/heap");
   REQUIRE(heap.status == 200);
   auto doc = nlohmann::json::parse(heap.body);
   CHECK(doc["allocator"] == konn::core::profiling::kAllocator);
@@ -124,10 +104,10 @@ TEST_CASE("profiling on: heap statistics parse, contention answers 501", "[profi
   }
   CHECK(doc["in_use_bytes"].get<uint64_t>() > 0);
   CHECK(doc["rss_bytes"].get<uint64_t>() > 0);
-  auto xml = get(server.port(), "/debug/pprof/heap?format=xml");
+  auto xml = http_get_local(server.port(), "/debug/pprof/heap?format=xml");
   CHECK(xml.body.find("<malloc version=") != std::string::npos);
-  auto block = get(server.port(), "/debug/pprof/block");
+  auto block = http_get_local(server.port(), "/debug/pprof/block");
   CHECK(block.status == 501);
   CHECK(block.body.find("no lock-contention profile") != std::string::npos);
-  CHECK(get(server.port(), "/debug/pprof/mutex").status == 501);
+  CHECK(http_get_local(server.port(), "/debug/pprof/mutex").status == 501);
 }

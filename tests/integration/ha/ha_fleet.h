@@ -9,6 +9,7 @@
 
 #include <grpcpp/channel.h>
 
+#include "tests/support/http_get.h"
 #include "tests/support/process_runner.h"
 #include "tests/support/prom_text.h"
 #include "tests/support/temp_dir.h"
@@ -23,12 +24,8 @@ using namespace std::chrono_literals;
 using testsupport::parse_prometheus_text;
 using testsupport::PromParse;
 
-struct HttpAnswer {
-  int status = 0;  // 0: no answer
-  std::string body;
-};
-// GET http://127.0.0.1:<port><path> (one request, Connection: close).
-HttpAnswer http_get_local(uint16_t port, const std::string& path);
+using testsupport::http_get_local;
+using testsupport::HttpAnswer;
 
 // A proxy-server of an HA test: its own temp dir (unix frontend socket), fixed agent and health
 // ports (so a restart keeps them), --server-id=<id>, mTLS agents.

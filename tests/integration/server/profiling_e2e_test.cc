@@ -16,35 +16,13 @@
 #include "core/profiling/heap_stats.h"
 #include "test-client/tunnel.h"
 #include "tests/integration/tunnel/tunnel_stack.h"
+#include "tests/support/http_get.h"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-struct AdminReply {
-  int status = 0;
-  std::string body;
-};
-
-AdminReply admin_get(uint16_t port, const std::string& path) {
-  asio::io_context ctx;
-  asio::ip::tcp::socket s(ctx);
-  s.connect({asio::ip::make_address("127.0.0.1"), port});
-  asio::write(s, asio::buffer("GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
-  std::string out;
-  std::error_code ec;
-  char buf[16384];
-  for (;;) {
-    size_t n = s.read_some(asio::buffer(buf), ec);
-    out.append(buf, n);
-    if (ec) break;
-  }
-  AdminReply r;
-  if (out.size() > 12) r.status = std::stoi(out.substr(9, 3));
-  auto body = out.find("\r\n\r\n");
-  if (body != std::string::npos) r.body = out.substr(body + 4);
-  return r;
-}
+using konn::testsupport::http_get_local;
 
 // The port of the daemon's admin listener, from its start-up log line.
 uint16_t admin_port_of(konn::testsupport::Process& p) {
@@ -89,7 +67,7 @@ TEST_CASE("with --enable-profiling the admin port serves a CPU profile of the wo
                               5s));
   uint16_t server_admin = admin_port_of(server_log);
   uint16_t agent_admin = admin_port_of(*stack.agent);
-  CHECK(admin_get(server_admin, "/debug/pprof/").body.find("/debug/pprof/profile") !=
+  CHECK(http_get_local(server_admin, "/debug/pprof/").body.find("/debug/pprof/profile") !=
         std::string::npos);
 
   // Bytes through the tunnel while both daemons are profiled for two seconds.
@@ -113,8 +91,9 @@ TEST_CASE("with --enable-profiling the admin port serves a CPU profile of the wo
     d.tunnel->close();
   });
   auto agent_profile = std::async(
-      std::launch::async, [&] { return admin_get(agent_admin, "/debug/pprof/profile?seconds=2"); });
-  auto server_profile = admin_get(server_admin, "/debug/pprof/profile?seconds=2");
+      std::launch::async,
+      [&] { return http_get_local(agent_admin, "/debug/pprof/profile?seconds=2"); });
+  auto server_profile = http_get_local(server_admin, "/debug/pprof/profile?seconds=2");
   auto agent_reply = agent_profile.get();
   stop = true;
   traffic.join();
@@ -127,16 +106,16 @@ TEST_CASE("with --enable-profiling the admin port serves a CPU profile of the wo
     CHECK(konn >= 1);
   }
 
-  auto heap = admin_get(server_admin, "/debug/pprof/heap");
+  auto heap = http_get_local(server_admin, "/debug/pprof/heap");
   REQUIRE(heap.status == 200);
   auto doc = nlohmann::json::parse(heap.body);
   CHECK(doc["allocator"] == konn::core::profiling::kAllocator);
   CHECK(doc["in_use_bytes"].get<uint64_t>() > 0);
   CHECK(doc["rss_bytes"].get<uint64_t>() > 0);
-  auto block = admin_get(server_admin, "/debug/pprof/block");
+  auto block = http_get_local(server_admin, "/debug/pprof/block");
   CHECK(block.status == 501);
   CHECK(block.body.find("no lock-contention profile") != std::string::npos);
-  CHECK(admin_get(agent_admin, "/debug/pprof/heap").status == 200);
+  CHECK(http_get_local(agent_admin, "/debug/pprof/heap").status == 200);
 }
 
 TEST_CASE("without --enable-profiling the /debug/pprof paths are 404", "[e2e][profiling]") {
@@ -146,11 +125,11 @@ TEST_CASE("without --enable-profiling the /debug/pprof paths are 404", "[e2e][pr
   uint16_t server_admin = admin_port_of(stack.server.process());
   uint16_t agent_admin = admin_port_of(*stack.agent);
   for (uint16_t port : {server_admin, agent_admin}) {
-    CHECK(admin_get(port, "/metrics").status == 200);
+    CHECK(http_get_local(port, "/metrics").status == 200);
     for (const char* path : {"/debug/pprof/", "/debug/pprof/profile?seconds=1", "/debug/pprof/heap",
                              "/debug/pprof/block"}) {
       INFO(port << path);
-      CHECK(admin_get(port, path).status == 404);
+      CHECK(http_get_local(port, path).status == 404);
     }
   }
   CHECK(stack.server.process().log().find("contention") == std::string::npos);
