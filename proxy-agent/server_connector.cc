@@ -18,7 +18,7 @@
 #include "core/http/http1_writer.h"
 #include "core/net/dialer.h"
 #include "core/net/endpoint.h"
-#include "core/tls/grpc_credentials.h"
+#include "core/tls/pem.h"
 #include "core/tls/tls_context.h"
 
 namespace konn::agent {

@@ -9,21 +9,10 @@
 
 namespace konn::core::tls {
 
-std::string read_pem(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  std::string pem = ss.str();
-  if (pem.find("-----BEGIN") == std::string::npos) {
-    throw std::runtime_error(path + " holds no PEM block");
-  }
-  return pem;
-}
-
-std::shared_ptr<grpc::ServerCredentials> grpc_server_credentials(
-    const std::string& cert_path, const std::string& key_path, const std::string& client_ca_path,
-    unsigned reload_interval_sec) {
+std::shared_ptr<grpc::ServerCredentials> grpc_server_credentials(const std::string& cert_path,
+                                                                 const std::string& key_path,
+                                                                 const std::string& client_ca_path,
+                                                                 unsigned reload_interval_sec) {
   if (reload_interval_sec > 0) {
     // Fail at startup, not at the first handshake, when a file is missing or empty.
     read_pem(cert_path);

@@ -6,10 +6,9 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
-namespace konn::core::tls {
+#include "core/tls/pem.h"
 
-// Reads a whole PEM file. Throws std::runtime_error naming the path when it cannot.
-std::string read_pem(const std::string& path);
+namespace konn::core::tls {
 
 // TLS server credentials for a gRPC listener from PEM files. With a non-empty `client_ca_path`
 // clients must present a certificate signed by it (mTLS); otherwise client certificates are not
