@@ -108,6 +108,17 @@ def measure(pid):
     return r
 
 
+def thread_names(pid):
+    names = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return names
+
+
 def detail(pid):
     """RSS (KiB) by kind of mapping, largest first."""
     groups = {}
@@ -252,6 +263,7 @@ def main():
                 results[(n, label)] = measure(p.pid)
                 if args.detail and n.startswith(("konn", "kubeproxy")):
                     results[(n, label)]["detail"] = detail(p.pid)
+                    results[(n, label)]["thread_names"] = thread_names(p.pid)
     except KeyboardInterrupt:
         failures.append("interrupted")
     finally:
@@ -285,7 +297,8 @@ def main():
         for (n, lab), r in results.items():
             if "detail" not in r:
                 continue
-            print(f"\n{n} {lab}: RSS by mapping (KiB)\n| mapping | RSS | Private_Dirty | count |")
+            print(f"\n{n} {lab}: threads {', '.join(r['thread_names'])}; RSS by mapping (KiB)\n"
+                  "| mapping | RSS | Private_Dirty | count |")
             print("|---|---|---|---|")
             for key, rss, dirty, count in r["detail"][:25]:
                 if rss:
