@@ -1,5 +1,9 @@
 #include "proxy-agent/agent_app.h"
 
+#include <pthread.h>
+
+#include <algorithm>
+
 #include <asio/steady_timer.hpp>
 
 #include "core/admin/status_page.h"
@@ -24,6 +28,8 @@ constexpr std::chrono::seconds kGracefulStopWait{5};
 constexpr std::chrono::seconds kAbortStopWait{2};
 
 }  // namespace
+
+unsigned AgentApp::worker_count(unsigned cores) { return std::clamp(cores, 1U, kMaxWorkers); }
 
 AgentApp::AgentApp(const AgentOptions& options)
     : options_(options),
@@ -56,7 +62,10 @@ void AgentApp::start() {
   started_ = true;
   pool_.start();
   core::io::start_memory_trimmer(control_);
-  control_thread_ = std::thread([this] { control_.run(); });
+  control_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "agent-control");
+    control_.run();
+  });
   servers_->start();
   if (leases_) leases_->start();
   if (!options_.node_to_control_plane_listen.empty()) {

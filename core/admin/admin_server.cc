@@ -1,5 +1,7 @@
 #include "core/admin/admin_server.h"
 
+#include <pthread.h>
+
 #include <system_error>
 
 #include <asio.hpp>
@@ -86,7 +88,11 @@ void AdminServer::start() {
   acceptor_ = net::listen_tcp(ctx_, bind_address_, port_);
   port_ = acceptor_.local_endpoint().port();
   accept();
-  thread_ = std::thread([this] { ctx_.run(); });
+  thread_ = std::thread([this] {
+    // Named after the listener ("health", "admin"), as `top -H` and /proc/PID/task show it.
+    pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
+    ctx_.run();
+  });
   KONN_LOG(log::get("admin"), info, "{} listening on {}:{}", name_,
            bind_address_.empty() ? "*" : bind_address_, port_);
 }
