@@ -1,8 +1,7 @@
 #include "proxy-agent/agent_app.h"
 
-#include <pthread.h>
-
 #include <algorithm>
+#include <pthread.h>
 
 #include <asio/steady_timer.hpp>
 
