@@ -28,7 +28,6 @@ constexpr size_t kBufferSize = 64 * 1024;
 // How long a keep-alive downstream connection may sit between requests, and an upstream one in
 // the pool (Go's http.Transport IdleConnTimeout).
 constexpr auto kIdleTimeout = std::chrono::seconds(90);
-constexpr size_t kMaxIdlePerWorker = 64;
 
 // Bytes read from the downstream connection and not yet parsed (pipelined requests stay here).
 // The buffer is taken at the first read and given back when empty (release_if_empty), so an idle
@@ -145,6 +144,8 @@ Forwarder::Forwarder(const KubeproxyOptions& options, const RestConfig& rest,
                   : std::chrono::seconds(15)),
       log_(core::log::get("kubeproxy.forwarder")) {
   for (auto* c : contexts) idle_[c];
+  const size_t workers = std::max<size_t>(1, contexts.size());
+  max_idle_per_worker_ = std::max<size_t>(1, kMaxIdleUpstream / workers);
 }
 
 Forwarder::IdleList& Forwarder::idle_for(asio::any_io_executor ex) {
@@ -176,7 +177,7 @@ std::unique_ptr<ByteStream> Forwarder::take_idle(asio::any_io_executor ex, uint6
 
 void Forwarder::put_idle(std::unique_ptr<ByteStream> s, uint64_t generation) {
   auto& list = idle_for(s->get_executor());
-  if (list.size() >= kMaxIdlePerWorker) {
+  if (list.size() >= max_idle_per_worker_) {
     list.front().stream->close();
     list.pop_front();
   }
