@@ -5,13 +5,14 @@ bench/footprint.sh.
 Every daemon and its anchor run on loopback at the same time (run_all.py's Launcher starts them
 as the benchmark does): konn's proxy-server and proxy-agent beside upstream ANP's (v0.30.4,
 --upstream-bin), socks5 beside dante and microsocks, kubeproxy-http beside `kubectl proxy`. Each
-gets the same traffic, one target after the other: --dials tunnels opened (32 at a time), held,
+gets the same traffic, one target after the other: --dials tunnels opened (--concurrency at a time, 32), held,
 then closed (`konn-loadgen hold`, an HTTP GET through each for kubeproxy-http and kubectl proxy),
 then --mb MiB down and up (`konn-loadgen bulk`; a curl download for the kubectl-proxy pair).
 Then every process is left idle --idle seconds, and this reads, per process (its whole tree for
 dante's forked children):
   RSS, Pss, Private_Dirty   /proc/PID/smaps_rollup (KiB summed over the tree)
   threads                   /proc/PID/status Threads (summed over the tree)
+  fds                       open descriptors, /proc/PID/fd (summed over the tree)
   libs                      distinct shared objects in /proc/PID/maps (of the root process)
   gRPC+Abseil               RSS of the mappings of libgrpc*, libgpr, libabsl_*, libupb,
                             libaddress_sorting, libre2 (what dropping gRPC C++ would take off)
@@ -87,7 +88,8 @@ def libs_of(pid):
 
 def measure(pid):
     """The figures of one process tree."""
-    r = {"rss": 0, "pss": 0, "private_dirty": 0, "anon": 0, "threads": 0, "processes": 0}
+    r = {"rss": 0, "pss": 0, "private_dirty": 0, "anon": 0, "threads": 0, "processes": 0,
+         "fds": 0}
     for p in run_all.tree(pid):
         try:
             roll = read_rollup(p)
@@ -95,6 +97,10 @@ def measure(pid):
         except OSError:
             continue
         r["processes"] += 1
+        try:
+            r["fds"] += len(os.listdir(f"/proc/{p}/fd"))
+        except OSError:
+            pass
         r["rss"] += roll.get("Rss", 0)
         r["pss"] += roll.get("Pss", 0)
         r["private_dirty"] += roll.get("Private_Dirty", 0)
@@ -148,6 +154,16 @@ def detail(pid):
     return sorted(((k, *v) for k, v in groups.items()), key=lambda x: -x[1])
 
 
+def malloc_stats(proc):
+    """glibc's malloc_stats() of a running process: gdb calls it, it writes to the process's
+    stderr (its log), from which the new lines are printed."""
+    before = len(proc.log_text())
+    subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-ex", "call (void)malloc_stats()"],
+                   capture_output=True, timeout=60)
+    time.sleep(0.2)
+    log(f"{proc.name} malloc_stats():\n{proc.log_text()[before:].strip()}")
+
+
 def traffic(args, launcher, target):
     """The same traffic through every target: --dials tunnels held then closed, --mb down/up."""
     bindir = launcher.bin
@@ -158,7 +174,7 @@ def traffic(args, launcher, target):
         via, dest = target.via, target.dest or launcher.dest
         flags = []
     argv = [f"{bindir}/konn-loadgen", "hold", f"--via={via}", f"--target={dest}",
-            f"--count={args.dials}", "--concurrency=32", *flags]
+            f"--count={args.dials}", f"--concurrency={args.concurrency}", *flags]
     holder = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -205,12 +221,15 @@ def main():
     ap.add_argument("--only", default=",".join(PAIRS),
                     help=f"comma-separated among {', '.join(PAIRS)}")
     ap.add_argument("--dials", type=int, default=500, help="tunnels opened and closed")
+    ap.add_argument("--concurrency", type=int, default=32, help="tunnels opened at a time")
     ap.add_argument("--mb", type=int, default=8, help="MiB down and up through each")
     ap.add_argument("--idle", type=float, default=6.0, help="seconds idle before measuring")
     ap.add_argument("--step-timeout", type=float, default=120)
     ap.add_argument("--detail", action="store_true", help="where each konn process's RSS is")
     ap.add_argument("--json", help="also write the figures there")
     ap.add_argument("--keep-work", action="store_true")
+    ap.add_argument("--malloc-stats", action="store_true",
+                    help="also print glibc's malloc_stats() of each konn process (gdb attaches)")
     args = ap.parse_args()
     only = [o for o in args.only.split(",") if o]
     for o in only:
@@ -261,6 +280,8 @@ def main():
                     failures.append(f"{n}: {label} exited")
                     continue
                 results[(n, label)] = measure(p.pid)
+                if args.malloc_stats and n.startswith(("konn", "kubeproxy")):
+                    malloc_stats(p)
                 if args.detail and n.startswith(("konn", "kubeproxy")):
                     results[(n, label)]["detail"] = detail(p.pid)
                     results[(n, label)]["thread_names"] = thread_names(p.pid)
@@ -273,9 +294,9 @@ def main():
         else:
             log(f"logs in {work}")
 
-    print("\n| daemon | process | RSS MiB | Pss MiB | Private_Dirty MiB | threads | libs "
+    print("\n| daemon | process | RSS MiB | Pss MiB | Private_Dirty MiB | threads | fds | libs "
           "| gRPC+Abseil libs, RSS MiB | RSS konn/this |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for o in only:
         konn, label, anchors = PAIRS[o]
         mine = results.get((konn, label))
@@ -291,7 +312,7 @@ def main():
             procs_note = f" ({r['processes']} processes)" if r["processes"] > 1 else ""
             grpc = f"{r['grpc_libs']}, {mib(r['grpc_rss'])}" if r["grpc_libs"] else "0"
             print(f"| {o} | {n} {lab}{procs_note} | {mib(r['rss'])} | {mib(r['pss'])} "
-                  f"| {mib(r['private_dirty'])} | {r['threads']} | {r['libs']} | {grpc} "
+                  f"| {mib(r['private_dirty'])} | {r['threads']} | {r['fds']} | {r['libs']} | {grpc} "
                   f"| {ratio} |")
     if args.detail:
         for (n, lab), r in results.items():
