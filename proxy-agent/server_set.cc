@@ -16,6 +16,7 @@ namespace konn::agent {
 namespace {
 
 using core::io::use_nothrow;
+namespace h2 = core::h2;
 
 spdlog::logger& servers_logger() {
   static const auto log = core::log::get("agent.servers");
@@ -90,7 +91,7 @@ bool ServerSet::stop(bool abort, std::chrono::milliseconds wait) {
     if (self->probe_timer_) self->probe_timer_->cancel();
   });
   for (auto& s : streams) {
-    s->close(abort ? grpc::Status(grpc::StatusCode::CANCELLED, "agent stopping") : grpc::Status::OK,
+    s->close(abort ? h2::GrpcStatus{h2::grpc_code::kCancelled, "agent stopping"} : h2::GrpcStatus{},
              abort);
   }
   std::unique_lock lock(mu_);
@@ -251,7 +252,7 @@ core::io::Awaitable<void> ServerSet::probe_loop() {
       if (s->connection_lost()) {
         KONN_LOG((&servers_logger()), warn, "server {} at {}: connection not ready, dropping it",
                  s->server_id(), s->target());
-        s->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "probe: connection not ready"), true);
+        s->close({h2::grpc_code::kUnavailable, "probe: connection not ready"}, true);
       }
     }
   }
@@ -365,14 +366,14 @@ core::io::Awaitable<ServerSet::Outcome> ServerSet::connect_once() {
     stopping = stopping_;
     if (!stopping) pending_ = reactor;
   }
-  if (stopping) reactor->close(grpc::Status(grpc::StatusCode::CANCELLED, "agent stopping"), true);
+  if (stopping) reactor->close({h2::grpc_code::kCancelled, "agent stopping"}, true);
   // Bounds the whole attempt (connection, then the server's response headers); never shorter
   // than the connection's own bound (--server-connect-timeout) plus 10 s.
   attempt->timer.expires_after(std::max<std::chrono::steady_clock::duration>(
       kHandshakeTimeout, options_.server_connect_timeout + std::chrono::seconds(10)));
   co_await attempt->timer.async_wait(use_nothrow);
   if (!attempt->done) {
-    reactor->close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "no response headers"), true);
+    reactor->close({h2::grpc_code::kDeadlineExceeded, "no response headers"}, true);
     while (!attempt->done) {
       attempt->timer.expires_after(std::chrono::seconds(60));
       co_await attempt->timer.async_wait(use_nothrow);

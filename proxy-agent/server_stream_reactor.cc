@@ -182,7 +182,7 @@ void ServerStreamReactor::on_response_headers(const h2::Metadata& md) {
       handshake_error_ = h.error;
     }
     // The reason is reported from OnDone, where the call's status is known.
-    close(grpc::Status(grpc::StatusCode::CANCELLED, h.error), true);
+    close({h2::grpc_code::kCancelled, h.error}, true);
     return;
   }
   {
@@ -198,7 +198,7 @@ void ServerStreamReactor::on_response_headers(const h2::Metadata& md) {
       handshake_error_ = "not kept";
       accepted_ = false;
     }
-    close(grpc::Status(grpc::StatusCode::CANCELLED, "duplicate server"), true);
+    close({h2::grpc_code::kCancelled, "duplicate server"}, true);
     return;
   }
   {
@@ -249,9 +249,9 @@ void ServerStreamReactor::on_stream_end(const h2::GrpcStatus& status) {
   stream_over_ = true;
   held_.reset();
   if (parse_failed_) {
-    final_status_ = grpc::Status(grpc::StatusCode::INTERNAL, "a message is not a Packet");
+    final_status_ = h2::GrpcStatus{h2::grpc_code::kInternal, "a message is not a Packet"};
   } else {
-    final_status_ = grpc::Status(static_cast<grpc::StatusCode>(status.code), status.message);
+    final_status_ = status;
   }
   if (!headers_seen_) {
     std::lock_guard lock(mu_);
@@ -308,7 +308,7 @@ std::string ServerStreamReactor::log_prefix() const {
   return "[S" + (server_id_.empty() ? std::string("?") : server_id_) + " " + config_.target + "] ";
 }
 
-void ServerStreamReactor::OnDone(const grpc::Status& status) {
+void ServerStreamReactor::OnDone(const h2::GrpcStatus& status) {
   mark_done();
   if (conn_) {
     // GOAWAY, then the connection closes (its stream has ended). It lives on in its handlers,
@@ -318,23 +318,22 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
     conn_.reset();
   }
   stream_.reset();
-  std::string why = status.ok() ? std::string("stream finished")
-                                : "stream ended: " + std::to_string(status.error_code()) + " " +
-                                      status.error_message();
+  std::string why = status.ok()
+                        ? std::string("stream finished")
+                        : "stream ended: " + std::to_string(status.code) + " " + status.message;
   bool handshake_failed = false;
   {
     std::lock_guard lock(mu_);
     handshake_failed = !accepted_;
     if (handshake_failed && !handshake_error_.empty() && handshake_error_ != "not kept") {
-      why = handshake_error_ + (status.ok() || status.error_message() == handshake_error_
-                                    ? ""
-                                    : " (" + status.error_message() + ")");
+      why = handshake_error_ +
+            (status.ok() || status.message == handshake_error_ ? "" : " (" + status.message + ")");
     }
   }
   // As upstream: a failed receive (not a clean end) and a failed send are stream errors, and
   // also the deprecated server_connection_failure_count. Our own cancellation is neither.
   if (!handshake_failed && !status.ok() && !cancelled_by_us_) {
-    std::string code = tunnel::grpc_code_name(status.error_code());
+    std::string code = tunnel::grpc_code_name(status.code);
     stats_->stream_error("to_agent", code, "Unknown");
     stats_->server_recv_failures.fetch_add(1, std::memory_order_relaxed);
     if (int type = failed_write_type_; type >= 0) {
@@ -354,7 +353,7 @@ void ServerStreamReactor::OnDone(const grpc::Status& status) {
   if (on_end) on_end(std::move(last), handshake_failed, why);
 }
 
-void ServerStreamReactor::start_write_op(const Packet* p, grpc::WriteOptions) {
+void ServerStreamReactor::start_write_op(const Packet* p, tunnel::WriteOptions) {
   on_home_thread([this, p] {
     if (stream_over_) {
       handle_write_done(false);
@@ -408,7 +407,7 @@ void ServerStreamReactor::start_read_op(Packet* p) {
   });
 }
 
-void ServerStreamReactor::start_finish_op(const grpc::Status&) {
+void ServerStreamReactor::start_finish_op(const h2::GrpcStatus&) {
   // A client has no finish of its own: half-close our side so the server ends the call. OnDone
   // comes once the stream has ended too.
   on_home_thread([this] {
@@ -429,7 +428,7 @@ void ServerStreamReactor::start_finish_op(const grpc::Status&) {
   });
 }
 
-void ServerStreamReactor::cancel_op(const grpc::Status&) {
+void ServerStreamReactor::cancel_op(const h2::GrpcStatus&) {
   cancelled_by_us_ = true;
   on_home_thread([this] {
     if (!stream_ && !stream_over_) {
@@ -456,7 +455,7 @@ void ServerStreamReactor::on_write_failed(const Packet& p) {
 
 void ServerStreamReactor::on_read_end() {
   end("read side ended");
-  close(grpc::Status::OK);
+  close();
 }
 
 void ServerStreamReactor::end(const std::string& why) {

@@ -132,12 +132,12 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
 
  protected:
   // PacketStream.
-  void start_write_op(const Packet* p, grpc::WriteOptions opts) override;
+  void start_write_op(const Packet* p, core::tunnel::WriteOptions opts) override;
   // The write of `p` on the home thread, once the stream exists.
   void write_packet(const Packet* p);
   void start_read_op(Packet* p) override;
-  void start_finish_op(const grpc::Status& status) override;
-  void cancel_op(const grpc::Status& status) override;
+  void start_finish_op(const core::h2::GrpcStatus& status) override;
+  void cancel_op(const core::h2::GrpcStatus& status) override;
   void on_packet(Packet&& p) override;
   void on_read_end() override;
   void on_queued(const Packet& p) override;
@@ -156,7 +156,7 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   void on_home_thread(Fn&& fn);
   // One of the two holds on OnDone (the stream's end, the finish operation) is released.
   void settle();
-  void OnDone(const grpc::Status& status);
+  void OnDone(const core::h2::GrpcStatus& status);
 
   std::shared_ptr<ServerStreamReactor> self_ptr();
   void handle_dial(const DialRequest& req);
@@ -181,7 +181,7 @@ class ServerStreamReactor : public core::tunnel::PacketStream {
   bool parse_failed_ = false;        // a message that is no Packet: the call fails INTERNAL
   bool headers_seen_ = false;
   const Packet* deferred_write_ = nullptr;  // a write asked for before the stream existed
-  grpc::Status final_status_;
+  core::h2::GrpcStatus final_status_;
   std::atomic<bool> connection_lost_{false};
   const StreamConfig config_;
   core::io::WorkerPool& pool_;

@@ -1,6 +1,6 @@
 #include "proxy-server/server_metrics.h"
 
-#include <grpcpp/support/status.h>
+#include "core/h2/grpc_status.h"
 
 namespace konn::server {
 namespace {
@@ -177,9 +177,10 @@ void ServerMetrics::stream_error(Segment segment, int code, int type) {
 
 void ServerMetrics::call_errors(Segment read, Segment write, bool cancelled,
                                 int failed_write_type) {
-  if (cancelled) stream_error(read, grpc::StatusCode::CANCELLED, -1);
+  if (cancelled) stream_error(read, core::h2::grpc_code::kCancelled, -1);
   if (failed_write_type >= 0) {
-    stream_error(write, cancelled ? grpc::StatusCode::CANCELLED : grpc::StatusCode::UNAVAILABLE,
+    stream_error(write,
+                 cancelled ? core::h2::grpc_code::kCancelled : core::h2::grpc_code::kUnavailable,
                  failed_write_type);
   }
 }

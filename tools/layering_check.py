@@ -29,7 +29,6 @@ GRPCPP_IN_CORE = {
     "core/tls/grpc_credentials.h",
     "core/tls/grpc_credentials.cc",
     "core/tls/CMakeLists.txt:konn_core_tls",
-    "core/tunnel/packet_stream.h",
     "core/tunnel/CMakeLists.txt:konn_core_tunnel",
 }
 

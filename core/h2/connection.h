@@ -18,30 +18,13 @@
 #include <asio/steady_timer.hpp>
 
 #include "core/h2/grpc_framing.h"
+#include "core/h2/grpc_status.h"
 #include "core/h2/header_check.h"
 #include "core/h2/transport.h"
 
 struct nghttp2_session;
 
 namespace konn::core::h2 {
-
-// gRPC status codes this library produces itself (the rest come from peers as numbers).
-namespace grpc_code {
-inline constexpr int kOk = 0;
-inline constexpr int kCancelled = 1;
-inline constexpr int kUnknown = 2;
-inline constexpr int kDeadlineExceeded = 4;
-inline constexpr int kResourceExhausted = 8;
-inline constexpr int kUnimplemented = 12;
-inline constexpr int kInternal = 13;
-inline constexpr int kUnavailable = 14;
-}  // namespace grpc_code
-
-struct GrpcStatus {
-  int code = grpc_code::kOk;
-  std::string message;
-  bool ok() const { return code == grpc_code::kOk; }
-};
 
 // Custom metadata (lowercase keys, no pseudo-headers, no reserved gRPC/HTTP keys), in order.
 using Metadata = std::vector<std::pair<std::string, std::string>>;

@@ -92,7 +92,7 @@ class GrpcTunnel::Core final : public StreamEvents,
         if (!r.error().empty()) {
           dial_error_ = DialError{classify(r.error()), r.error(), 0};
           set_state(State::Closed, r.error());
-          stream_->close(grpc::Status::OK);
+          stream_->close();
         } else {
           connect_id_ = r.connectid();
           half_close_ = r.konnhalfclose();
@@ -123,7 +123,7 @@ class GrpcTunnel::Core final : public StreamEvents,
           dial_error_ =
               DialError{DialFailure::Other, "dial closed by the proxy-server (DIAL_CLS)", 0};
           set_state(State::Closed, dial_error_.text);
-          stream_->close(grpc::Status::OK);
+          stream_->close();
           timer_.cancel();
         } else if (state_ == State::Established || state_ == State::Closing) {
           remote_closed("dial closed by the proxy-server (DIAL_CLS)");
@@ -174,7 +174,7 @@ class GrpcTunnel::Core final : public StreamEvents,
     out_closed_ = true;
     if (!error.empty()) end_reason_ = error;
     set_state(State::Closed, error);
-    stream_->close(grpc::Status::OK);
+    stream_->close();
     timer_.cancel();
     serve_read();
     write_done_.complete(asio::error::broken_pipe, 0);
@@ -329,7 +329,7 @@ class GrpcTunnel::Core final : public StreamEvents,
       case State::Dialing:
         stream_->send(tunnel::make_close_dial(dial_id_));
         set_state(State::Closed, "dial abandoned");
-        stream_->close(grpc::Status::OK);
+        stream_->close();
         return;
       case State::Established: {
         stream_->send(tunnel::make_close_request(connect_id_));
@@ -338,13 +338,13 @@ class GrpcTunnel::Core final : public StreamEvents,
         timer_.async_wait([self = shared_from_this()](std::error_code ec) {
           if (ec || self->state_ != State::Closing) return;
           self->set_state(State::Closed, "no CLOSE_RSP within 10s");
-          self->stream_->close(grpc::Status(grpc::StatusCode::CANCELLED, "no CLOSE_RSP"), true);
+          self->stream_->close({h2::grpc_code::kCancelled, "no CLOSE_RSP"}, true);
         });
         return;
       }
       case State::Closing:
       case State::Closed:
-        if (state_ == State::Closed && !stream_done_) stream_->close(grpc::Status::OK);
+        if (state_ == State::Closed && !stream_done_) stream_->close();
         return;
     }
   }

@@ -29,7 +29,7 @@ void StreamTracker::cancel_all(std::chrono::milliseconds timeout) {
       if (auto s = w.lock()) live.push_back(std::move(s));
     }
   }
-  for (auto& s : live) s->close(grpc::Status(grpc::StatusCode::CANCELLED, "shutting down"), true);
+  for (auto& s : live) s->close({h2::grpc_code::kCancelled, "shutting down"}, true);
   live.clear();
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return active_ == 0; });
@@ -57,7 +57,7 @@ std::shared_ptr<ProxyStreamReactor> ProxyStreamReactor::start(
   return r;
 }
 
-void ProxyStreamReactor::start_finish_op(const grpc::Status&) {
+void ProxyStreamReactor::start_finish_op(const h2::GrpcStatus&) {
   // A client has no Finish: half-close our side so the server ends the call, and let OnDone
   // come once every operation completed.
   StartWritesDone();
@@ -69,7 +69,7 @@ void ProxyStreamReactor::on_packet(Packet&& p) { events_->on_packet(*this, std::
 void ProxyStreamReactor::on_read_end() {
   // The server finished (or the call broke): nothing more will arrive. The tunnel learns why from
   // OnDone's status.
-  close(grpc::Status::OK);
+  close();
 }
 
 void ProxyStreamReactor::OnDone(const grpc::Status& status) {

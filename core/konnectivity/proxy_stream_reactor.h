@@ -65,11 +65,13 @@ class ProxyStreamReactor final : public grpc::ClientBidiReactor<Packet, Packet>,
   void OnDone(const grpc::Status& status) override;
 
  protected:
-  void start_write_op(const Packet* p, grpc::WriteOptions opts) override { StartWrite(p, opts); }
+  void start_write_op(const Packet* p, tunnel::WriteOptions opts) override {
+    StartWrite(p, opts.buffer_hint ? grpc::WriteOptions().set_buffer_hint() : grpc::WriteOptions());
+  }
   void start_read_op(Packet* p) override { StartRead(p); }
-  void start_finish_op(const grpc::Status& status) override;
+  void start_finish_op(const h2::GrpcStatus& status) override;
   // A client call has no status of its own to send: cancelling is all it can do.
-  void cancel_op(const grpc::Status& /*status*/) override { context_.TryCancel(); }
+  void cancel_op(const h2::GrpcStatus& /*status*/) override { context_.TryCancel(); }
   void on_packet(Packet&& p) override;
   void on_read_end() override;
 

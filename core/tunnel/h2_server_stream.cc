@@ -10,10 +10,6 @@ namespace {
 // A Packet's framing around its DATA payload: the gRPC prefix and the protobuf fields.
 constexpr size_t kFramingSlack = 64;
 
-h2::GrpcStatus to_h2(const grpc::Status& s) {
-  return h2::GrpcStatus{static_cast<int>(s.error_code()), s.error_message()};
-}
-
 }  // namespace
 
 void H2ServerStream::attach(asio::io_context& home, const std::shared_ptr<h2::Stream>& stream) {
@@ -42,7 +38,7 @@ void H2ServerStream::send_headers(h2::Metadata md) {
   });
 }
 
-void H2ServerStream::start_write_op(const Packet* p, grpc::WriteOptions) {
+void H2ServerStream::start_write_op(const Packet* p, WriteOptions) {
   on_home_thread([this, p] {
     if (stream_over_) {
       handle_write_done(false);
@@ -99,36 +95,37 @@ void H2ServerStream::start_read_op(Packet* p) {
   });
 }
 
-void H2ServerStream::start_finish_op(const grpc::Status& status) {
+void H2ServerStream::start_finish_op(const h2::GrpcStatus& status) {
   on_home_thread([this, status] {
     if (!stream_over_ && !status_sent_) {
-      status_sent_ = static_cast<int>(status.error_code());
+      status_sent_ = status.code;
       // The call is over for us: what the peer still sends is dropped, and a stream paused
       // before its first read (a refused agent) takes in nothing more.
       discarding_ = true;
       held_.reset();
       auto stream = stream_;  // its end may come inside
-      stream->finish(to_h2(status));
+      stream->finish(status);
       if (!stream_over_ && stream->reading_paused()) stream->resume_reading();
     }
     settle();
   });
 }
 
-void H2ServerStream::cancel_op(const grpc::Status& status) {
+void H2ServerStream::cancel_op(const h2::GrpcStatus& status) {
   cancelled_by_us_ = true;
   on_home_thread([this, status] { abort_call(status); });
 }
 
-void H2ServerStream::abort_call(const grpc::Status& status) {
+void H2ServerStream::abort_call(const h2::GrpcStatus& status) {
   if (stream_over_) return;
   // What the peer still sends is dropped.
   discarding_ = true;
   held_.reset();
   auto stream = stream_;  // its end may come inside
-  grpc::Status st = status.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "cancelled") : status;
-  if (!status_sent_) status_sent_ = static_cast<int>(st.error_code());
-  stream->abort(to_h2(st));
+  const h2::GrpcStatus st =
+      status.ok() ? h2::GrpcStatus{h2::grpc_code::kCancelled, "cancelled"} : status;
+  if (!status_sent_) status_sent_ = st.code;
+  stream->abort(st);
   if (!stream_over_) stream->resume_reading();
 }
 
@@ -143,9 +140,8 @@ void H2ServerStream::on_message(std::string&& message) {
   if (!read_target_->ParseFromString(message)) {
     // As gRPC servers do with a message they cannot parse: the call ends INTERNAL (the peer's
     // fault, not our own cancel: it counts as a stream error).
-    abort_call(grpc::Status(grpc::StatusCode::INTERNAL,
-                           "a message is not a Packet (" + std::to_string(message.size()) +
-                               " bytes)"));
+    abort_call({h2::grpc_code::kInternal,
+                "a message is not a Packet (" + std::to_string(message.size()) + " bytes)"});
     fail_read();
     return;
   }
@@ -175,7 +171,7 @@ void H2ServerStream::on_stream_end(const h2::GrpcStatus& status) {
     write_outstanding_ = false;
     handle_write_done(false);
   }
-  close(grpc::Status(static_cast<grpc::StatusCode>(status.code), status.message));
+  close(status);
   settle();
 }
 

@@ -59,10 +59,10 @@ class H2ServerStream : public PacketStream {
   virtual void call_over() = 0;
 
   // PacketStream.
-  void start_write_op(const Packet* p, grpc::WriteOptions opts) override;
+  void start_write_op(const Packet* p, WriteOptions opts) override;
   void start_read_op(Packet* p) override;
-  void start_finish_op(const grpc::Status& status) override;
-  void cancel_op(const grpc::Status& status) override;
+  void start_finish_op(const h2::GrpcStatus& status) override;
+  void cancel_op(const h2::GrpcStatus& status) override;
   void on_write_failed(const Packet& p) override { failed_write_type_ = p.type(); }
 
   // Runs `fn` with the connection's writes held (h2::Stream::hold_writes) when called on the home
@@ -101,7 +101,7 @@ class H2ServerStream : public PacketStream {
   void on_stream_end(const h2::GrpcStatus& status);
   void write_packet(const Packet* p);
   // Ends the call now with `status` (trailers at once, what waits dropped). Home thread.
-  void abort_call(const grpc::Status& status);
+  void abort_call(const h2::GrpcStatus& status);
   void fail_read();
   void settle();
 

@@ -46,7 +46,7 @@ class EchoStream : public H2ServerStream {
     s->attach(home, stream);
     auto agent = konn::core::h2::find_metadata(call.metadata, "agentid").value_or("");
     if (agent == "refuse") {
-      s->close(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "refused"));
+      s->close({konn::core::h2::grpc_code::kPermissionDenied, "refused"});
       return;
     }
     if (agent == "idle") return;  // never reads: paused, as a tunnel held back by its agent
@@ -64,7 +64,7 @@ class EchoStream : public H2ServerStream {
     auto self = self_;
     asio::post(echo_from_->ctx(), [self, p = std::move(p)]() mutable { self->send(std::move(p)); });
   }
-  void on_read_end() override { close(grpc::Status::OK); }
+  void on_read_end() override { close(); }
   void call_over() override {
     mark_done();
     counters_.peer_cancelled = peer_cancelled();

@@ -49,7 +49,7 @@ std::optional<int64_t> tunnel_of(const Packet& p) {
 
 bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
   const Packet* write = nullptr;
-  grpc::WriteOptions opts;
+  WriteOptions opts;
   Action action = Action::None;
   if (closing()) return false;
   on_queued(p);
@@ -114,10 +114,10 @@ void PacketStream::drop_waiting_locked() {
   turns_.clear();
 }
 
-void PacketStream::close(const grpc::Status& status, bool abort) {
+void PacketStream::close(const h2::GrpcStatus& status, bool abort) {
   bool cancel = false;
   const Packet* write = nullptr;
-  grpc::WriteOptions opts;
+  WriteOptions opts;
   Action action = Action::None;
   {
     std::lock_guard lock(mu_);
@@ -138,7 +138,7 @@ void PacketStream::close(const grpc::Status& status, bool abort) {
     if (!cancel) action = next_action_locked(&write, &opts);
   }
   if (cancel) {
-    grpc::Status first;
+    h2::GrpcStatus first;
     {
       std::lock_guard lock(mu_);
       first = status_;
@@ -185,7 +185,7 @@ size_t PacketStream::queued_bytes() const {
 void PacketStream::handle_write_done(bool ok) {
   Item done;
   const Packet* write = nullptr;
-  grpc::WriteOptions opts;
+  WriteOptions opts;
   Action action = Action::None;
   {
     std::lock_guard lock(mu_);
@@ -232,7 +232,7 @@ void PacketStream::maybe_start_read() {
   }
   start_read_op(&in_);
   const Packet* write = nullptr;
-  grpc::WriteOptions opts;
+  WriteOptions opts;
   Action action = Action::None;
   {
     std::lock_guard lock(mu_);
@@ -257,7 +257,7 @@ void PacketStream::handle_read_done(bool ok) {
     on_read_end();
   }
   const Packet* write = nullptr;
-  grpc::WriteOptions opts;
+  WriteOptions opts;
   Action action = Action::None;
   {
     std::lock_guard lock(mu_);
@@ -274,16 +274,15 @@ void PacketStream::mark_done() {
   closing_ = true;
 }
 
-PacketStream::Action PacketStream::next_action_locked(const Packet** write,
-                                                      grpc::WriteOptions* opts) {
+PacketStream::Action PacketStream::next_action_locked(const Packet** write, WriteOptions* opts) {
   if (finished_ || done_) return Action::None;
   if (!writing_ && waiting_locked() && !aborted_) {
     take_next_locked();
     writing_ = true;
     ++starting_;
     *write = &in_flight_.packet;
-    *opts = grpc::WriteOptions();
-    if (waiting_locked()) opts->set_buffer_hint();  // more is coming: let gRPC batch
+    *opts = WriteOptions{};
+    opts->buffer_hint = waiting_locked();  // more is coming: let the transport batch
     return Action::Write;
   }
   if (closing_ && !writing_ && starting_ == 0 && (!waiting_locked() || aborted_)) {
@@ -293,14 +292,14 @@ PacketStream::Action PacketStream::next_action_locked(const Packet** write,
   return Action::None;
 }
 
-void PacketStream::run(Action a, const Packet* write, grpc::WriteOptions opts) {
+void PacketStream::run(Action a, const Packet* write, WriteOptions opts) {
   switch (a) {
     case Action::None:
       return;
     case Action::Write: {
       start_write_op(write, opts);
       const Packet* next = nullptr;
-      grpc::WriteOptions next_opts;
+      WriteOptions next_opts;
       Action follow = Action::None;
       {
         std::lock_guard lock(mu_);
@@ -311,7 +310,7 @@ void PacketStream::run(Action a, const Packet* write, grpc::WriteOptions opts) {
       return;
     }
     case Action::Finish: {
-      grpc::Status status;
+      h2::GrpcStatus status;
       {
         std::lock_guard lock(mu_);
         status = status_;

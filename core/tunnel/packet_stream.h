@@ -8,10 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include <grpcpp/impl/codegen/call_op_set.h>
-#include <grpcpp/support/status.h>
-#include <grpcpp/support/stub_options.h>
-
+#include "core/h2/grpc_status.h"
 #include "core/relay/read_gate.h"
 #include "core/tunnel/packet.h"
 #include "konnectivity/client.pb.h"
@@ -27,21 +24,30 @@ class WriteListener {
   virtual void on_written(size_t data_bytes) = 0;
 };
 
+// How one write goes out.
+struct WriteOptions {
+  // More packets wait behind this one: the transport may hold it back to send them together
+  // (gRPC C++: WriteOptions::set_buffer_hint). Not set when nothing waits, so latency is kept.
+  bool buffer_hint = false;
+};
+
 // The transport-independent half of one gRPC bidi stream of Packets (server or client side).
 // It owns the rules every such stream must keep (STYLE rule 7):
-//   - at most one StartWrite outstanding; the Packet being written lives until OnWriteDone;
-//     buffer_hint is set while more output waits; pending DATA for the same tunnel is merged
-//     into one packet (up to kCoalesceLimit);
+//   - at most one write outstanding (start_write_op); the Packet being written lives until
+//     handle_write_done; buffer_hint is set while more output waits; pending DATA for the same
+//     tunnel is merged into one packet (up to kCoalesceLimit);
 //   - waiting packets are kept per tunnel (connectID) and the tunnels take turns, one packet
 //     each, so a tunnel's few bytes wait behind at most one packet of each busy tunnel, never
 //     behind a whole window of another's (head-of-line blocking on a stream that many tunnels
 //     share). Packets that belong to no tunnel yet (dials), or that only return credit, go
 //     before any DATA. A tunnel's own packets keep their order;
-//   - at most one StartRead outstanding; the next starts only after on_packet() returned and
-//     while the read gate is open;
-//   - the finish operation (server Finish, client RemoveHold) is issued exactly once, only when
-//     no write is in flight and no Start* call is executing on another thread.
-// All public methods are thread-safe. The reactor calls the handle_* methods from its callbacks.
+//   - at most one read outstanding (start_read_op); the next starts only after on_packet()
+//     returned and while the read gate is open;
+//   - the finish operation (a server's status, a client's half-close) is issued exactly once,
+//     only when no write is in flight and no *_op call is executing on another thread.
+// The stream's status (close, the finish and cancel operations) is an h2::GrpcStatus whatever
+// the transport. All public methods are thread-safe. The implementation calls the handle_*
+// methods from its transport's completions.
 //
 // The stream's thread: for a core/h2 stream (the server's H2ServerStream, the agent's
 // ServerStreamReactor) the worker its connection lives on; for core/konnectivity's
@@ -60,11 +66,12 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   // Returns false when the stream is closing and the packet was dropped.
   bool send(Packet&& p, std::shared_ptr<WriteListener> listener = nullptr);
 
-  // Stops accepting packets and ends the stream once queued packets are written. With `abort`,
-  // queued packets are dropped and the call is cancelled at once (a peer that does not read
-  // cannot hold us). The first call's status wins, except that an abort replaces the status of
-  // an earlier graceful close whose finish was not issued yet. Idempotent.
-  void close(const grpc::Status& status, bool abort = false);
+  // Stops accepting packets and ends the stream with `status` (OK when not given) once queued
+  // packets are written. With `abort`, queued packets are dropped and the call is cancelled at
+  // once (a peer that does not read cannot hold us). The first call's status wins, except that an
+  // abort replaces the status of an earlier graceful close whose finish was not issued yet.
+  // Idempotent.
+  void close(const h2::GrpcStatus& status = {}, bool abort = false);
 
   // Read-side flow control: a paused stream starts no new read until every reason is cleared.
   void pause_reading(relay::PauseReason reason);
@@ -92,12 +99,12 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   void set_coalesce_limit(size_t bytes) { coalesce_limit_.store(bytes, std::memory_order_relaxed); }
 
   // Implemented by the reactor; called with no lock held, never after the finish operation.
-  virtual void start_write_op(const Packet* p, grpc::WriteOptions opts) = 0;
+  virtual void start_write_op(const Packet* p, WriteOptions opts) = 0;
   virtual void start_read_op(Packet* p) = 0;
-  virtual void start_finish_op(const grpc::Status& status) = 0;
+  virtual void start_finish_op(const h2::GrpcStatus& status) = 0;
   // Cancels the call; `status` is the close status (a server sends it to the client as the
   // call's status where the transport allows, rather than a bare CANCELLED).
-  virtual void cancel_op(const grpc::Status& status) = 0;
+  virtual void cancel_op(const h2::GrpcStatus& status) = 0;
   // A packet arrived. Runs on the stream's thread; reads are serialized, so at most one runs at a
   // time for this stream. It may call send() or close() on this or other streams.
   virtual void on_packet(Packet&& p) = 0;
@@ -117,8 +124,8 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   enum class Action { None, Write, Finish };
 
   // Decides, under the lock, what to start next; the caller performs it unlocked.
-  Action next_action_locked(const Packet** write, grpc::WriteOptions* opts);
-  void run(Action a, const Packet* write, grpc::WriteOptions opts);
+  Action next_action_locked(const Packet** write, WriteOptions* opts);
+  void run(Action a, const Packet* write, WriteOptions opts);
   void maybe_start_read();
   // Moves the next packet to write into in_flight_: the control queue first, then the next
   // tunnel in turn.
@@ -155,7 +162,7 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   bool finished_ = false;  // finish op issued
   bool done_ = false;      // OnDone ran
   int starting_ = 0;       // Start*/cancel calls executing outside the lock
-  grpc::Status status_;
+  h2::GrpcStatus status_;
   Packet in_;  // target of the outstanding read
   std::atomic<size_t> coalesce_limit_{kCoalesceLimit};
 };

@@ -13,7 +13,7 @@ using konn::core::relay::PauseReason;
 
 namespace {
 
-// Records what the driver asks of gRPC; the test plays gRPC's completions.
+// Records what the driver asks of the transport; the test plays the transport's completions.
 class FakeStream : public PacketStream {
  public:
   static std::shared_ptr<FakeStream> create() {
@@ -34,17 +34,17 @@ class FakeStream : public PacketStream {
   Packet* read_target = nullptr;
 
  protected:
-  void start_write_op(const Packet* p, grpc::WriteOptions opts) override {
+  void start_write_op(const Packet* p, WriteOptions opts) override {
     writes.push_back(describe(*p));
     written.push_back(*p);
-    hints.push_back(opts.get_buffer_hint());
+    hints.push_back(opts.buffer_hint);
   }
   void start_read_op(Packet* p) override {
     ++reads;
     read_target = p;
   }
-  void start_finish_op(const grpc::Status&) override { ++finishes; }
-  void cancel_op(const grpc::Status&) override { ++cancels; }
+  void start_finish_op(const konn::core::h2::GrpcStatus&) override { ++finishes; }
+  void cancel_op(const konn::core::h2::GrpcStatus&) override { ++cancels; }
   void on_packet(Packet&& p) override { received.push_back(std::move(p)); }
   void on_read_end() override { ++read_ends; }
 
@@ -170,14 +170,14 @@ TEST_CASE("graceful close flushes, then finishes once", "[tunnel]") {
   auto s = FakeStream::create();
   s->send(make_dial_response(5, 1));
   s->send(make_close_response(1));
-  s->close(grpc::Status::OK);
+  s->close();
   CHECK_FALSE(s->send(make_data(1, "late")));
   CHECK(s->finishes == 0);
   s->handle_write_done(true);
   CHECK(s->finishes == 0);
   s->handle_write_done(true);
   CHECK(s->finishes == 1);
-  s->close(grpc::Status::OK);
+  s->close();
   CHECK(s->finishes == 1);
 }
 
@@ -185,7 +185,7 @@ TEST_CASE("abort drops the queue and cancels, finish follows the in-flight write
   auto s = FakeStream::create();
   s->send(make_data(1, std::string(10, 'x')));
   s->send(make_data(2, std::string(10, 'y')));
-  s->close(grpc::Status::CANCELLED, true);
+  s->close({konn::core::h2::grpc_code::kCancelled, ""}, true);
   CHECK(s->cancels == 1);
   CHECK(s->finishes == 0);
   CHECK(s->queued_bytes() == 10);

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/h2/grpc_status.h"
+
 using namespace konn::core::tunnel;
 
 TEST_CASE("packet factories fill type and payload as upstream expects", "[tunnel]") {
@@ -93,12 +95,28 @@ TEST_CASE("metric labels of packet types and gRPC codes follow upstream's spelli
   CHECK(packet_type_label(packet_type_slot(KONN_CLOSE_WRITE)) == "KONN_CLOSE_WRITE");
   CHECK(packet_type_label(packet_type_slot(99)) == "Unknown");
   CHECK(packet_type_label(packet_type_slot(-1)) == "Unknown");
-  CHECK(grpc_code_name(0) == "OK");
-  CHECK(grpc_code_name(1) == "Canceled");
-  CHECK(grpc_code_name(8) == "ResourceExhausted");
-  CHECK(grpc_code_name(14) == "Unavailable");
-  CHECK(grpc_code_name(16) == "Unauthenticated");
+  // Go's codes.Code.String() for each code (the label values dashboards match on).
+  namespace grpc_code = konn::core::h2::grpc_code;
+  CHECK(grpc_code_name(grpc_code::kOk) == "OK");
+  CHECK(grpc_code_name(grpc_code::kCancelled) == "Canceled");
+  CHECK(grpc_code_name(grpc_code::kUnknown) == "Unknown");
+  CHECK(grpc_code_name(grpc_code::kInvalidArgument) == "InvalidArgument");
+  CHECK(grpc_code_name(grpc_code::kDeadlineExceeded) == "DeadlineExceeded");
+  CHECK(grpc_code_name(grpc_code::kNotFound) == "NotFound");
+  CHECK(grpc_code_name(grpc_code::kAlreadyExists) == "AlreadyExists");
+  CHECK(grpc_code_name(grpc_code::kPermissionDenied) == "PermissionDenied");
+  CHECK(grpc_code_name(grpc_code::kResourceExhausted) == "ResourceExhausted");
+  CHECK(grpc_code_name(grpc_code::kFailedPrecondition) == "FailedPrecondition");
+  CHECK(grpc_code_name(grpc_code::kAborted) == "Aborted");
+  CHECK(grpc_code_name(grpc_code::kOutOfRange) == "OutOfRange");
+  CHECK(grpc_code_name(grpc_code::kUnimplemented) == "Unimplemented");
+  CHECK(grpc_code_name(grpc_code::kInternal) == "Internal");
+  CHECK(grpc_code_name(grpc_code::kUnavailable) == "Unavailable");
+  CHECK(grpc_code_name(grpc_code::kDataLoss) == "DataLoss");
+  CHECK(grpc_code_name(grpc_code::kUnauthenticated) == "Unauthenticated");
+  CHECK(grpc_code_name(17) == "Code(17)");
   CHECK(grpc_code_name(42) == "Code(42)");
+  CHECK(grpc_code_name(-1) == "Code(-1)");
 }
 
 TEST_CASE("node-to-control-plane packet types map to and from their forward twins", "[tunnel]") {

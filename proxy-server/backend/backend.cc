@@ -51,17 +51,16 @@ void Backend::begin() {
     KONN_LOG(log_, warn, "agent from {} rejected: expected one agentid header, got {}", peer_,
              ids.size());
     router_.metrics().agent_rejected("metadata");
-    close(grpc::Status(grpc::StatusCode::UNKNOWN,
-                       "expected one agent ID in the context, got " + std::to_string(ids.size())));
+    close({core::h2::grpc_code::kUnknown,
+           "expected one agent ID in the context, got " + std::to_string(ids.size())});
     return;
   }
   agent_id_ = ids.front();
   auto idents = metadata_values("agentidentifiers");
   if (idents.size() > 1) {
     router_.metrics().agent_rejected("metadata");
-    close(grpc::Status(
-        grpc::StatusCode::UNKNOWN,
-        "expected at most one set of agent identifiers, got " + std::to_string(idents.size())));
+    close({core::h2::grpc_code::kUnknown,
+           "expected at most one set of agent identifiers, got " + std::to_string(idents.size())});
     return;
   }
   if (!idents.empty()) {
@@ -71,7 +70,7 @@ void Backend::begin() {
       KONN_LOG(log_, warn, "agent {} from {} rejected: bad agentidentifiers: {}", agent_id_, peer_,
                err);
       router_.metrics().agent_rejected("metadata");
-      close(grpc::Status(grpc::StatusCode::UNKNOWN, "invalid agent identifiers: " + err));
+      close({core::h2::grpc_code::kUnknown, "invalid agent identifiers: " + err});
       return;
     }
     identifiers_ = std::move(*parsed);
@@ -87,8 +86,8 @@ void Backend::begin() {
                "headers)",
                agent_id_, peer_, auth.size());
       router_.metrics().agent_rejected("token");
-      close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                         "expected one \"authorization: Bearer <token>\" header"));
+      close({core::h2::grpc_code::kUnauthenticated,
+             "expected one \"authorization: Bearer <token>\" header"});
       return;
     }
     // The review runs elsewhere; the stream waits (no headers, no reads) until it answers.
@@ -97,7 +96,7 @@ void Backend::begin() {
         KONN_LOG(self->log_, warn, "agent {} from {} rejected: {}", self->agent_id_, self->peer_,
                  v.reason);
         self->router_.metrics().agent_rejected("token");
-        self->close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, v.reason));
+        self->close({core::h2::grpc_code::kUnauthenticated, v.reason});
         return;
       }
       self->admit();
@@ -123,7 +122,7 @@ bool Backend::identifiers_proven() {
   KONN_LOG(log_, warn, "agent {} from {} rejected: {} (--verify-agent-identifiers=cert)", agent_id_,
            peer_, why);
   router_.metrics().agent_rejected("identifiers");
-  close(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "agent " + why));
+  close({core::h2::grpc_code::kPermissionDenied, "agent " + why});
   return false;
 }
 
@@ -311,7 +310,7 @@ void Backend::on_read_end() {
              "agent disconnected agentID={} peer={}: {} tunnels closed, {} pending dials failed",
              agent_id_, peer_, conns.size(), pending);
   }
-  close(grpc::Status::OK);
+  close();
 }
 
 void Backend::client_backlog(int64_t delta) {

@@ -61,10 +61,10 @@ void GrpcFrontend::serve(asio::io_context& home, const std::shared_ptr<core::h2:
 void GrpcFrontend::begin() {
   router_.metrics().grpc_proxy.Increment();
   if (!router_.acquire_frontend(peer_)) {
-    close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                       "too many frontend streams (limit " +
-                           std::to_string(router_.options().max_frontend_streams) +
-                           ", --max-frontend-streams)"));
+    close({core::h2::grpc_code::kResourceExhausted,
+           "too many frontend streams (limit " +
+               std::to_string(router_.options().max_frontend_streams) +
+               ", --max-frontend-streams)"});
     return;
   }
   has_slot_ = true;
@@ -190,7 +190,7 @@ void GrpcFrontend::fail_dial(int64_t random, const std::string& error) {
   }
   KONN_CONN_LOG(log_, info, *this, "dial to {} failed: {}", address_, error);
   send(make_dial_response(random, 0, error));
-  close(grpc::Status::OK);
+  close();
 }
 
 bool GrpcFrontend::deliver_dial_response(Packet&& p) {
@@ -219,7 +219,7 @@ bool GrpcFrontend::deliver_dial_response(Packet&& p) {
   if (failed) {
     KONN_CONN_LOG(log_, info, *this, "dial to {} failed at the agent: {}", address_, rsp.error());
     send(std::move(p));
-    close(grpc::Status::OK);
+    close();
   } else {
     KONN_CONN_LOG(log_, debug, *this, "tunnel established to {}", address_);
     send(std::move(p));
@@ -318,7 +318,7 @@ void GrpcFrontend::on_quiet() {
   backend->forget_connection(id);
   backend->send(make_close_request(id));
   send(make_close_response(id, reason));
-  close(grpc::Status::OK);
+  close();
 }
 
 void GrpcFrontend::on_sent_to_agent(size_t bytes) {
@@ -408,7 +408,7 @@ void GrpcFrontend::close_unread(const std::string& reason) {
     backend->forget_connection(id);
     backend->send(make_close_request(id));
   }
-  close(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, reason), true);
+  close({core::h2::grpc_code::kResourceExhausted, reason}, true);
   // What waited is dropped: the agent's stream need not wait for it any longer.
   backlog_.release();
 }
@@ -440,7 +440,7 @@ void GrpcFrontend::on_close_request(const Packet& p) {
     on_dial_close(cls);
   } else if (state != State::Closing) {
     send(make_close_response(p.closerequest().connectid(), "Unknown connectID"));
-    close(grpc::Status::OK);
+    close();
   }
 }
 
@@ -463,7 +463,7 @@ void GrpcFrontend::on_dial_close(const Packet& p) {
     router_.dial_failed("frontend_close", backend.get(), address, "dial cancelled by frontend");
     backend->send(make_close_dial(random));
   }
-  close(grpc::Status::OK);
+  close();
 }
 
 void GrpcFrontend::deliver_close(Packet&& p) {
@@ -479,7 +479,7 @@ void GrpcFrontend::deliver_close(Packet&& p) {
   // CLOSE_RSP and the status in one write.
   with_writes_held([&] {
     send(std::move(p));
-    close(grpc::Status::OK);
+    close();
   });
 }
 
@@ -503,7 +503,7 @@ void GrpcFrontend::backend_gone() {
   } else {
     return;
   }
-  close(grpc::Status::OK);
+  close();
 }
 
 void GrpcFrontend::on_read_end() {
@@ -534,7 +534,7 @@ void GrpcFrontend::on_read_end() {
         router_.dial_failed("frontend_close", backend.get(), address, "frontend stream ended");
         backend->send(make_close_dial(random));
       }
-      close(grpc::Status::OK);
+      close();
       return;
     case State::Established:
       backend->send(make_close_request(id));
@@ -543,7 +543,7 @@ void GrpcFrontend::on_read_end() {
     case State::Closing:
       return;  // CLOSE_RSP (or the close timer) finishes the stream
     default:
-      close(grpc::Status::OK);
+      close();
       return;
   }
 }
@@ -592,9 +592,9 @@ void GrpcFrontend::on_dial_request_timeout() {
            "frontend stream from {} closed: no DIAL_REQ within {} "
            "(--dial-request-timeout)",
            peer_, core::config::format_go_duration(router_.options().dial_request_timeout));
-  close(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                     "no DIAL_REQ within " +
-                         core::config::format_go_duration(router_.options().dial_request_timeout)));
+  close({core::h2::grpc_code::kDeadlineExceeded,
+         "no DIAL_REQ within " +
+             core::config::format_go_duration(router_.options().dial_request_timeout)});
 }
 
 void GrpcFrontend::on_close_timeout() {
@@ -610,7 +610,7 @@ void GrpcFrontend::on_close_timeout() {
   }
   backend->forget_connection(id);
   send(make_close_response(id, "agent did not answer the close request"));
-  close(grpc::Status::OK);
+  close();
 }
 
 void GrpcFrontend::OnDone() {
