@@ -5,14 +5,12 @@
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
 #include "core/log/logger.h"
-#include "core/tunnel/grpc_runtime.h"
 #include "proxy-agent/agent_app.h"
 #include "proxy-agent/agent_options.h"
 
 int main(int argc, char** argv) {
   konn::core::io::ignore_broken_pipe_signal();
   konn::core::io::tune_allocator_for_relaying();
-  konn::core::tunnel::turn_off_lock_order_checks();
   konn::agent::AgentOptions options;
   konn::core::config::FlagParser parser(
       "proxy-agent", "Konnectivity proxy-agent: dials endpoints for the proxy-server");

@@ -29,7 +29,6 @@ GRPCPP_IN_CORE = {
     "core/tls/grpc_credentials.h",
     "core/tls/grpc_credentials.cc",
     "core/tls/CMakeLists.txt:konn_core_tls",
-    "core/tunnel/CMakeLists.txt:konn_core_tunnel",
 }
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)

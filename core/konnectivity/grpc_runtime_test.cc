@@ -1,4 +1,4 @@
-#include "core/tunnel/grpc_runtime.h"
+#include "core/konnectivity/grpc_runtime.h"
 
 #include <absl/synchronization/mutex.h>
 
@@ -7,8 +7,8 @@
 // With Abseil's lock-order checking on (Debian's default build), taking two mutexes in both
 // orders aborts the process. After turn_off_lock_order_checks() it is allowed (and harmless
 // here: one thread).
-TEST_CASE("lock order checks are off: two mutexes taken in both orders", "[tunnel][unit]") {
-  konn::core::tunnel::turn_off_lock_order_checks();
+TEST_CASE("lock order checks are off: two mutexes taken in both orders", "[konnectivity][unit]") {
+  konn::core::konnectivity::turn_off_lock_order_checks();
   absl::Mutex a;
   absl::Mutex b;
   int sections = 0;
