@@ -141,19 +141,18 @@ constexpr int kVarint = 0;
 constexpr int kLengthDelimited = 2;
 
 // A DATA packet's bytes, as protobuf writes them (fields in number order, zero values left out),
-// up to its payload, which follows them on the wire; the payload is left where it is.
-std::string serialize_data_head(const Packet& p) {
-  const Data& d = p.data();
-  const auto connect_id = static_cast<uint64_t>(d.connectid());
-  const size_t bytes = d.data().size();
+// up to its payload, which follows them on the wire; the payload is left where it is. `room`:
+// bytes reserved beyond the head.
+std::string serialize_data_head(int type, uint64_t connect_id, size_t bytes, size_t room = 0) {
   size_t inner = 0;
   if (connect_id != 0) inner += 1 + varint_size(connect_id);
   if (bytes != 0) inner += 1 + varint_size(bytes) + bytes;
   std::string out;
-  out.reserve(h2::kGrpcPrefixBytes + 4 + 4 * 10);  // four tags, four varints of 10 bytes at most
+  // Four tags, four varints of 10 bytes at most.
+  out.reserve(h2::kGrpcPrefixBytes + 4 + 4 * 10 + room);
   out.append(h2::kGrpcPrefixBytes, '\0');
   out.push_back(kTag(Packet::kTypeFieldNumber, kVarint));
-  append_varint(out, static_cast<uint64_t>(p.type()));
+  append_varint(out, static_cast<uint64_t>(type));
   out.push_back(kTag(Packet::kDataFieldNumber, kLengthDelimited));
   append_varint(out, inner);
   if (connect_id != 0) {
@@ -178,7 +177,11 @@ bool plain_data(const Packet& p) {
 }  // namespace
 
 FramedPacket frame_packet(const Packet& p) {
-  if (plain_data(p)) return {serialize_data_head(p), p.data().data()};
+  if (plain_data(p)) {
+    return {serialize_data_head(p.type(), static_cast<uint64_t>(p.data().connectid()),
+                                p.data().data().size()),
+            p.data().data()};
+  }
   const size_t size = p.ByteSizeLong();
   std::string framed(h2::kGrpcPrefixBytes + size, '\0');
   p.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(framed.data()) +
@@ -186,6 +189,9 @@ FramedPacket frame_packet(const Packet& p) {
   return {std::move(framed), {}};
 }
 
+std::string frame_data_head(int64_t connect_id, size_t bytes) {
+  return serialize_data_head(DATA, static_cast<uint64_t>(connect_id), bytes, bytes);
+}
 
 size_t data_size(const Packet& p) {
   return p.type() == DATA || p.type() == KONN_NODE_DATA ? p.data().data().size() : 0;

@@ -73,6 +73,12 @@ struct FramedPacket {
 };
 FramedPacket frame_packet(const Packet& p);
 
+// The head of a DATA packet for `connect_id` with `bytes` payload bytes, as frame_packet() frames
+// one (h2::kGrpcPrefixBytes of room first): with the payload appended it is the whole message,
+// for which it has room reserved. For a sender whose bytes sit in a buffer it reuses: they are
+// copied once, onto the head.
+std::string frame_data_head(int64_t connect_id, size_t bytes);
+
 // Payload bytes of a DATA or KONN_NODE_DATA packet (0 for anything else).
 size_t data_size(const Packet& p);
 

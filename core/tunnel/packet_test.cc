@@ -70,6 +70,18 @@ TEST_CASE("a framed DATA packet has protobuf's own bytes after room for the pref
       }
     }
   }
+  // frame_data_head: the same bytes for a payload that is still in the sender's buffer.
+  for (int64_t id : ids) {
+    for (size_t size : sizes) {
+      INFO("frame_data_head connectID " << id << " bytes " << size);
+      const std::string payload(size, 'y');
+      std::string framed = frame_data_head(id, size);
+      CHECK(framed.capacity() >= framed.size() + size);  // the payload fits without a new buffer
+      framed += payload;
+      REQUIRE(framed.size() >= 5);
+      CHECK(framed.substr(5) == make_data(id, std::string(payload)).SerializeAsString());
+    }
+  }
   Packet with_error = make_data(3, std::string("abc"));
   with_error.mutable_data()->set_error("upstream never sets it");
   CHECK(framed_bytes(with_error) == with_error.SerializeAsString());
