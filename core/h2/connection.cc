@@ -1244,11 +1244,16 @@ void Connection::reset_malformed(Stream& s, const std::string& why) {
 }
 
 void Connection::end_client_request(int32_t stream_id) {
+  if (nghttp2_session_get_stream_local_close(session_, stream_id) != 0) return;
+  // A client that already half-closed with nothing left to send (its END_STREAM waits for the
+  // next write, as when a reaction to the server's last message did it) ends its side with that
+  // END_STREAM: no reset. A server counts its clients' resets (nghttp2's rapid-reset limit: past
+  // 1000 at more than 33 a second it closes the connection), and a client that opens a call per
+  // tunnel on one connection would otherwise send one per tunnel.
+  if (Stream* s = find(stream_id); s != nullptr && s->local_end_ && s->queued_bytes_ == 0) return;
   // The response is complete: what the client still had to send is abandoned, with a
   // RST_STREAM(NO_ERROR), as gRPC clients do; the stream then closes with the server's status.
-  if (nghttp2_session_get_stream_local_close(session_, stream_id) == 0) {
-    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_NO_ERROR);
-  }
+  nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_NO_ERROR);
 }
 
 int Connection::on_data_chunk(int32_t stream_id, const uint8_t* data, size_t len) {

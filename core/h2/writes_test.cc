@@ -239,3 +239,72 @@ TEST_CASE("h2: an idle connection keeps no write buffer from its last burst", "[
   }
   CHECK(held <= 4096);
 }
+
+TEST_CASE("h2 client: a call half-closed in reaction to the server's last message ends with "
+          "END_STREAM, not a reset",
+          "[h2][writes]") {
+  // The proxy-server sends a tunnel's CLOSE_RSP and the call's status in one write; the client
+  // half-closes when it reads CLOSE_RSP. Its END_STREAM is not yet written when the status
+  // arrives: a reset instead would count towards the server's rapid-reset limit.
+  for (const bool half_close : {true, false}) {
+    CAPTURE(half_close);
+    Loop loop;
+    Unix::socket peer{loop.ctx()};
+    RecordingTransport* recorder = nullptr;
+    std::shared_ptr<Connection> conn;
+    std::shared_ptr<Stream> stream;
+    loop.run([&] {
+      Unix::socket ours(loop.ctx());
+      asio::local::connect_pair(ours, peer);
+      auto rec =
+          std::make_unique<RecordingTransport>(std::make_unique<UnixTransport>(std::move(ours)));
+      recorder = rec.get();
+      conn = Connection::create(Connection::Role::Client, std::move(rec), ConnectionOptions{});
+      conn->start();
+      StreamCallbacks cb;
+      cb.on_message = [&stream, half_close](std::string&&) {
+        if (half_close) stream->half_close();
+      };
+      stream = conn->start_call("/ProxyService/Proxy", {}, std::move(cb));
+      stream->send_message("dial");
+      return 0;
+    });
+    const std::string response_block = hpack_literal(":status", "200") +
+                                       hpack_literal("content-type", "application/grpc");
+    const std::string trailers_block = hpack_literal("grpc-status", "0");
+    const std::string server = frame(kSettings, 0, 0, "") + frame(kSettings, kAck, 0, "") +
+                               frame(kHeaders, kEndHeaders, 1, response_block) +
+                               frame(kData, 0, 1, grpc_frame("closed")) +
+                               frame(kHeaders, kEndHeaders | kEndStream, 1, trailers_block);
+    for (size_t off = 0; off < server.size();) {
+      const ssize_t n = ::send(peer.native_handle(), server.data() + off, server.size() - off,
+                               MSG_NOSIGNAL);
+      REQUIRE(n > 0);
+      off += static_cast<size_t>(n);
+    }
+    // What the client wrote for stream 1 after the request: END_STREAM, or RST_STREAM.
+    bool end_stream = false;
+    bool reset = false;
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!end_stream && !reset && std::chrono::steady_clock::now() < deadline) {
+      char buf[4096];
+      while (::recv(peer.native_handle(), buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+      }
+      for (const auto& w : recorder->writes()) {
+        for (const auto& f : frames_of(w)) {
+          if (f.stream_id != 1) continue;
+          if (f.type == kData && (f.flags & kEndStream) != 0) end_stream = true;
+          if (f.type == kRstStream) reset = true;
+        }
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+    CHECK(end_stream == half_close);
+    CHECK(reset == !half_close);
+    loop.run([&] {
+      conn->close("test over");
+      stream.reset();
+      return 0;
+    });
+  }
+}
