@@ -18,10 +18,10 @@
 
 #include "core/io/asio_compat.h"
 #include "core/net/listener.h"
-#include "core/tls/grpc_credentials.h"
 #include "core/tunnel/packet.h"
 #include "konnectivity/agent.grpc.pb.h"
 #include "proxy-agent/agent_app.h"
+#include "test-client/grpc_credentials.h"
 #include "tests/support/log_capture.h"
 
 // In-process tests of the agent against a tiny AgentService server (sync gRPC API, TLS with
@@ -165,8 +165,8 @@ class FakeProxyServer final : public AgentService::Service {
     const auto& d = cert_dir();
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:" + std::to_string(port),
-                       konn::core::tls::grpc_server_credentials(d + "/server.crt",
-                                                                d + "/server.key", d + "/ca.crt"),
+                       konn::testclient::grpc_server_credentials(d + "/server.crt",
+                                                                 d + "/server.key", d + "/ca.crt"),
                        &port_);
     b.RegisterService(this);
     server_ = b.BuildAndStart();

@@ -5,7 +5,6 @@
 #include "core/config/flag_parser.h"
 #include "core/io/allocator.h"
 #include "core/io/shutdown.h"
-#include "core/konnectivity/grpc_runtime.h"
 #include "core/log/logger.h"
 #include "socks5/socks5_app.h"
 #include "socks5/socks5_options.h"
@@ -13,7 +12,6 @@
 int main(int argc, char** argv) {
   konn::core::io::ignore_broken_pipe_signal();
   konn::core::io::tune_allocator_for_relaying();
-  konn::core::konnectivity::turn_off_lock_order_checks();
   konn::socks5::Socks5Options options;
   konn::core::config::FlagParser parser("socks5", "SOCKS5 server (CONNECT, BIND, UDP ASSOCIATE)");
   options.register_flags(parser);

@@ -4,7 +4,7 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
-#include "core/tls/grpc_credentials.h"
+#include "test-client/grpc_credentials.h"
 
 namespace konn::testclient {
 
@@ -21,7 +21,7 @@ std::shared_ptr<grpc::Channel> make_channel(const ChannelConfig& config) {
   // A bare IPv6 literal needs brackets in a gRPC target.
   if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
   auto creds =
-      core::tls::grpc_channel_credentials(config.ca_cert, config.client_cert, config.client_key);
+      testclient::grpc_channel_credentials(config.ca_cert, config.client_cert, config.client_key);
   return grpc::CreateCustomChannel(host + ":" + std::to_string(config.port), creds, args);
 }
 

@@ -16,6 +16,7 @@
 #include "core/http/http1_writer.h"
 #include "core/io/asio_compat.h"
 #include "core/net/dialer.h"
+#include "core/tls/pem.h"
 #include "core/tls/tls_context.h"
 
 namespace konn::testclient {

@@ -6,6 +6,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "core/tunnel/packet.h"
+#include "test-client/grpc_credentials.h"
 
 namespace konn::testclient {
 
@@ -151,6 +152,15 @@ FakeProxyService::FakeProxyService(const std::string& socket_path)
     : impl_(std::make_unique<Impl>(&source_sent_)) {
   grpc::ServerBuilder b;
   b.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  b.RegisterService(impl_.get());
+  b.SetMaxReceiveMessageSize(-1);
+  server_ = b.BuildAndStart();
+}
+
+FakeProxyService::FakeProxyService(const Tls& tls) : impl_(std::make_unique<Impl>(&source_sent_)) {
+  grpc::ServerBuilder b;
+  b.AddListeningPort("127.0.0.1:0", grpc_server_credentials(tls.cert, tls.key, tls.client_ca),
+                     &port_);
   b.RegisterService(impl_.get());
   b.SetMaxReceiveMessageSize(-1);
   server_ = b.BuildAndStart();

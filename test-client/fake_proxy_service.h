@@ -28,8 +28,19 @@ namespace konn::testclient {
 // After CLOSE_RSP it keeps reading until the client half-closes, then finishes with OK.
 class FakeProxyService {
  public:
+  // h2c on a unix socket.
   explicit FakeProxyService(const std::string& socket_path);
+  // TLS on 127.0.0.1 (a free port: port()) with `cert` and `key`; clients must present a
+  // certificate signed by `client_ca` (kube-apiserver's mutual TLS).
+  struct Tls {
+    std::string cert;
+    std::string key;
+    std::string client_ca;
+  };
+  explicit FakeProxyService(const Tls& tls);
   ~FakeProxyService();
+
+  int port() const { return port_; }
 
   // What the fake observed, summed over all streams.
   struct Seen {
@@ -50,6 +61,7 @@ class FakeProxyService {
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<grpc::Server> server_;
   std::atomic<uint64_t> source_sent_{0};
+  int port_ = 0;
 };
 
 }  // namespace konn::testclient

@@ -3,8 +3,9 @@
 
 (a) No daemon folder includes a header of, or links a library defined in, another daemon folder,
     and core/ includes or links no daemon's code: what two daemons share lives in core/.
-(b) core/ uses no gRPC C++ (`#include <grpcpp/...>`, linking gRPC::grpc++) outside unit tests
-    and test-support code, except the files listed in GRPCPP_IN_CORE below.
+(b) core/ uses no gRPC C++ (`#include <grpcpp/...>` or a generated `*.grpc.pb.h`, linking
+    gRPC::grpc++ or the service stubs konn_proto_grpc) outside unit tests and test-support code,
+    except the files listed in GRPCPP_IN_CORE below.
 
 Prints one line per violation and exits 1 when there is any; run by ctest as lint.layering.
 Usage: layering_check.py [--root DIR]
@@ -18,18 +19,13 @@ import sys
 DAEMONS = ("proxy-server", "proxy-agent", "socks5", "kubeproxy-http")
 SOURCE_EXTENSIONS = (".h", ".hpp", ".cc", ".cpp")
 
-# Today's uses of gRPC C++ in core/ outside tests, file by file: a path for an #include, or
-# "path:target" for a library linking gRPC::grpc++. Later stages of issue 41 remove them. This list
-# must only shrink: a new use outside it fails, and so does an entry that is no longer needed.
-GRPCPP_IN_CORE = {
-    "core/konnectivity/dialer.h",
-    "core/konnectivity/dialer.cc",
-    "core/konnectivity/proxy_stream_reactor.h",
-    "core/konnectivity/CMakeLists.txt:konn_core_konnectivity",
-    "core/tls/grpc_credentials.h",
-    "core/tls/grpc_credentials.cc",
-    "core/tls/CMakeLists.txt:konn_core_tls",
-}
+# Uses of gRPC C++ in core/ outside tests allowed as exceptions: none is left (issue 41). A new
+# use fails the check.
+GRPCPP_IN_CORE: set = set()
+
+# Libraries that bring gRPC C++: the runtime, and the generated service stubs (the messages alone
+# are konn_proto, which needs only protobuf).
+GRPC_LIBRARIES = ("gRPC::grpc++", "konn_proto_grpc")
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 CALL_RE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
@@ -100,7 +96,8 @@ def main():
                 if other in DAEMONS and other != top:
                     errors.append(f"{rel}: includes {include}, a header of the {other} daemon "
                                   "(move what is shared to core/)")
-                if top == "core" and include.startswith("grpcpp/") and not is_test_code(rel):
+                grpc = include.startswith("grpcpp/") or include.endswith(".grpc.pb.h")
+                if top == "core" and grpc and not is_test_code(rel):
                     grpc_used.add(rel)
 
     # (a) links, and (b) gRPC::grpc++ linked by a core/ library.
@@ -117,7 +114,8 @@ def main():
                     if other in DAEMONS and other != top:
                         errors.append(f"{rel}: {target} links {arg}, a library of the {other} "
                                       "daemon (move what is shared to core/)")
-                    if top == "core" and arg == "gRPC::grpc++" and not target.endswith("_tests"):
+                    if (top == "core" and arg in GRPC_LIBRARIES and
+                            not target.endswith("_tests")):
                         grpc_used.add(f"{rel}:{target}")
 
     for use in sorted(grpc_used - GRPCPP_IN_CORE):

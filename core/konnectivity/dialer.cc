@@ -3,16 +3,12 @@
 #include <array>
 
 #include <asio/ssl.hpp>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/support/channel_arguments.h>
 
 #include "core/konnectivity/connect_reply.h"
-#include "core/konnectivity/proxy_stream_reactor.h"
 #include "core/log/log_macros.h"
 #include "core/net/dialer.h"
 #include "core/net/endpoint.h"
-#include "core/tls/grpc_credentials.h"
+#include "core/tls/pem.h"
 #include "core/tls/tls_context.h"
 
 namespace konn::core::konnectivity {
@@ -75,44 +71,42 @@ Dialer::Dialer(const UpstreamOptions& options) : options_(options) {
     port_ = hp->port;
     server_name_ = options_.server_name.empty() ? host_ : options_.server_name;
   }
-  if (options_.grpc()) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
-    args.SetString(GRPC_ARG_PRIMARY_USER_AGENT_STRING, "konn");
-    if (!unix_path_.empty()) {
-      channel_ =
-          grpc::CreateCustomChannel("unix:" + unix_path_, grpc::InsecureChannelCredentials(), args);
-    } else {
-      auto creds = tls::grpc_channel_credentials(options_.ca_cert, options_.client_cert,
-                                                 options_.client_key);
-      if (!options_.server_name.empty()) args.SetSslTargetNameOverride(options_.server_name);
-      channel_ = grpc::CreateCustomChannel(net::HostPort{host_, port_}.to_string(), creds, args);
-    }
-    stub_ = ProxyService::NewStub(channel_);
-    tracker_ = std::make_shared<StreamTracker>();
-  } else if (unix_path_.empty()) {
+  if (unix_path_.empty()) {
     tls::ClientTlsConfig c;
     c.ca_pem = tls::read_pem(options_.ca_cert);
     c.cert_pem = tls::read_pem(options_.client_cert);
     c.key_pem = tls::read_pem(options_.client_key);
-    c.alpn = {"http/1.1"};
+    // gRPC mode: each connection offers ALPN h2 itself (core/h2's TLS transport).
+    if (!options_.grpc()) c.alpn = {"http/1.1"};
     tls_ = tls::make_client_context(c);
+  }
+  if (options_.grpc()) {
+    FrontendAddress a;
+    a.unix_path = unix_path_;
+    a.host = host_;
+    a.port = port_;
+    a.server_name = server_name_;
+    a.tls = tls_;
+    a.connect_timeout =
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.dial_timeout);
+    connections_ = std::make_unique<ProxyConnections>(std::move(a));
   }
 }
 
-Dialer::~Dialer() {
-  if (tracker_) tracker_->cancel_all(std::chrono::seconds(2));
-}
+Dialer::~Dialer() = default;
 
-size_t Dialer::open_streams() const { return tracker_ ? tracker_->active() : 0; }
+size_t Dialer::open_streams() const { return connections_ ? connections_->open_calls() : 0; }
+
+size_t Dialer::connections_made() const {
+  return connections_ ? connections_->connections_made() : 0;
+}
 
 io::Awaitable<DialResult> Dialer::dial(std::string address, std::chrono::milliseconds timeout) {
   timeout = std::min(timeout,
                      std::chrono::duration_cast<std::chrono::milliseconds>(options_.dial_timeout));
   DialResult out;
   if (options_.grpc()) {
-    auto r = co_await GrpcTunnel::dial(*stub_, address, timeout, tracker_);
+    auto r = co_await GrpcTunnel::dial(*connections_, address, timeout);
     if (r.tunnel) {
       out.tunnel = std::make_unique<Tunnel>(std::move(r.tunnel));
     } else {

@@ -6,17 +6,14 @@
 #include <string>
 
 #include <asio/ssl/context.hpp>
-#include <grpcpp/channel.h>
 
 #include "core/io/asio_compat.h"
 #include "core/konnectivity/dial_error.h"
+#include "core/konnectivity/proxy_connections.h"
 #include "core/konnectivity/tunnel.h"
 #include "core/konnectivity/upstream_options.h"
-#include "konnectivity/client.grpc.pb.h"
 
 namespace konn::core::konnectivity {
-
-class StreamTracker;
 
 struct DialResult {
   std::unique_ptr<Tunnel> tunnel;  // set on success
@@ -25,19 +22,21 @@ struct DialResult {
 
 // Opens tunnels to "host:port" destinations through one Konnectivity proxy-server, as
 // kube-apiserver's egress selector does:
-//  - grpc: one `/ProxyService/Proxy` stream per tunnel, all on one shared grpc::Channel (one
-//    HTTP/2 connection, h2c over a unix socket or TLS with a client certificate over TCP);
+//  - grpc: one `/ProxyService/Proxy` call per tunnel on core/h2, the calls of one io thread
+//    sharing one HTTP/2 connection (ProxyConnections: h2c over a unix socket, or TLS with a client
+//    certificate over TCP), so a tunnel's packets are handled on its own thread;
 //  - http-connect: one connection per tunnel (unix socket, or TCP with mutual TLS), `CONNECT
 //    host:port HTTP/1.1`, and exactly 200 opens the tunnel (anything else fails with the status
 //    and the body, which carries the agent's reason).
-// Thread-safe: dial() may run on any io_context; the tunnel stays on the caller's executor.
-// Lifetime: destroy the Dialer before the io_contexts its tunnels ran on (its destructor cancels
-// the gRPC streams and waits for their end, after which nothing is posted to them any more).
+// Thread-safe: dial() may run on any io_context run by one thread; the tunnel stays on the
+// caller's executor. Lifetime: destroy the Dialer before the io_contexts its tunnels ran on, and
+// after those stopped running (or from their own threads): its destructor closes the gRPC
+// mode's connections, ending their calls.
 class Dialer {
  public:
   // Loads certificates; throws std::runtime_error naming what could not be used.
   explicit Dialer(const UpstreamOptions& options);
-  // Cancels gRPC streams still open and waits (briefly) for them to finish.
+  // Closes the gRPC mode's connections (their calls end).
   ~Dialer();
   Dialer(const Dialer&) = delete;
   Dialer& operator=(const Dialer&) = delete;
@@ -51,8 +50,10 @@ class Dialer {
   std::optional<std::string> probe(std::chrono::milliseconds timeout) const;
 
   const UpstreamOptions& options() const { return options_; }
-  // gRPC streams currently open (tests, metrics).
+  // gRPC calls currently open (tests, metrics).
   size_t open_streams() const;
+  // gRPC mode's HTTP/2 connections made so far (tests).
+  size_t connections_made() const;
 
  private:
   io::Awaitable<DialResult> dial_http_connect(std::string address,
@@ -63,10 +64,8 @@ class Dialer {
   std::string host_;       // TCP
   uint16_t port_ = 0;
   std::string server_name_;
-  std::shared_ptr<grpc::Channel> channel_;    // grpc mode
-  std::unique_ptr<ProxyService::Stub> stub_;  // grpc mode
-  std::shared_ptr<StreamTracker> tracker_;    // grpc mode
-  std::shared_ptr<asio::ssl::context> tls_;   // http-connect over TCP
+  std::unique_ptr<ProxyConnections> connections_;  // grpc mode
+  std::shared_ptr<asio::ssl::context> tls_;        // http-connect over TCP
 };
 
 }  // namespace konn::core::konnectivity

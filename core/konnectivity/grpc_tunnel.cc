@@ -1,6 +1,5 @@
 #include "core/konnectivity/grpc_tunnel.h"
 
-#include <atomic>
 #include <deque>
 #include <limits>
 #include <mutex>
@@ -8,9 +7,7 @@
 
 #include <asio/steady_timer.hpp>
 
-#include "core/konnectivity/proxy_stream_reactor.h"
 #include "core/log/log_macros.h"
-#include "core/tunnel/packet.h"
 
 namespace konn::core::konnectivity {
 namespace {
@@ -30,59 +27,61 @@ int64_t random_dial_id() {
   return dist(rng);
 }
 
-std::string status_text(const grpc::Status& s) {
-  std::string out = "code " + std::to_string(static_cast<int>(s.error_code()));
-  if (!s.error_message().empty()) out += ": " + s.error_message();
+std::string status_text(const h2::GrpcStatus& s) {
+  std::string out = "code " + std::to_string(s.code);
+  if (!s.message.empty()) out += ": " + s.message;
   return out;
 }
 
 }  // namespace
 
-// The tunnel's state. Everything but `inflight_` is touched only on `ex_` (gRPC callbacks post
-// there). Owned by the GrpcTunnel, by the stream until its OnDone, and by handlers in flight, so
-// it outlives whichever of them ends first.
-class GrpcTunnel::Core final : public StreamEvents,
-                               public tunnel::WriteListener,
-                               public std::enable_shared_from_this<GrpcTunnel::Core> {
+// The tunnel's state, all of it on `ex_`, the thread of the call's connection: the call's
+// callbacks run there inline, and so do the tunnel's operations. Owned by the GrpcTunnel, by the
+// call's callbacks until the call ended (every path ends it: the proxy-server's status, our
+// cancel when it does not come within kCloseWait, or the connection's close), and by handlers in
+// flight, so it outlives whichever of them ends first.
+class GrpcTunnel::Core final : public std::enable_shared_from_this<GrpcTunnel::Core> {
  public:
   enum class State {
     Dialing,      // DIAL_REQ sent, no DIAL_RSP yet
     Established,  // DIAL_RSP without error: DATA flows
-    Closing,      // we sent CLOSE_REQ and wait for CLOSE_RSP (or the stream's end)
-    Closed,       // ended: CLOSE_RSP, DIAL_CLS, a failed dial, or the stream's end
+    Closing,      // we sent CLOSE_REQ and wait for CLOSE_RSP (or the call's end)
+    Closed,       // ended: CLOSE_RSP, DIAL_CLS, a failed dial, or the call's end
   };
 
   Core(asio::any_io_executor ex, int64_t dial_id)
-      : ex_(std::move(ex)), timer_(ex_), dial_id_(dial_id) {}
+      : ex_(std::move(ex)), timer_(ex_), close_timer_(ex_), dial_id_(dial_id) {}
 
-  // ---- gRPC threads ----
-  void on_packet(tunnel::PacketStream& stream, Packet&& p) override {
-    if (p.type() == DATA) {
-      // Flow control without a lock: pause when the inbox passes the high watermark, then look
-      // again, so a reader that drained it meanwhile (and found nothing to resume) is not missed.
-      size_t n = p.data().data().size();
-      if (inflight_.fetch_add(n) + n >= kInboxHigh) {
-        stream.pause_reading(relay::PauseReason::QueueFull);
-        if (inflight_.load() < kInboxLow) stream.resume_reading(relay::PauseReason::QueueFull);
-      }
+  h2::StreamCallbacks callbacks() {
+    h2::StreamCallbacks cb;
+    cb.on_message = [self = shared_from_this()](std::string&& m) {
+      self->on_message(std::move(m));
+    };
+    cb.on_end = [self = shared_from_this()](const h2::GrpcStatus& status, const h2::Metadata&) {
+      self->handle_stream_end(status);
+    };
+    return cb;
+  }
+
+  // The call has started: its queue tells when HTTP/2 took what a waiting write queued.
+  void attach(std::shared_ptr<h2::Stream> stream) {
+    stream_ = std::move(stream);
+    stream_->set_on_drained([weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->write_done_.complete({}, self->write_len_);
+    });
+  }
+
+  void on_message(std::string&& message) {
+    Packet p;
+    if (!p.ParseFromString(message)) {
+      // Not a Packet: nothing more from this proxy-server can be trusted on this call.
+      protocol_error_ = "a message from the proxy-server is not a Packet";
+      stream_->cancel();
+      return;
     }
-    asio::post(ex_, [self = shared_from_this(), p = std::move(p)]() mutable {
-      self->handle_packet(std::move(p));
-    });
-  }
-  void on_stream_end(const grpc::Status& status) override {
-    asio::post(ex_, [self = shared_from_this(), status] { self->handle_stream_end(status); });
-  }
-  void on_written(size_t bytes) override {
-    asio::post(ex_, [self = shared_from_this(), bytes] {
-      self->unwritten_ -= std::min(self->unwritten_, bytes);
-      if (self->write_done_ && self->unwritten_ <= kOutboxLow) {
-        self->write_done_.complete({}, self->write_len_);
-      }
-    });
+    handle_packet(std::move(p));
   }
 
-  // ---- the executor ----
   void handle_packet(Packet&& p) {
     switch (p.type()) {
       case DIAL_RSP: {
@@ -92,7 +91,7 @@ class GrpcTunnel::Core final : public StreamEvents,
         if (!r.error().empty()) {
           dial_error_ = DialError{classify(r.error()), r.error(), 0};
           set_state(State::Closed, r.error());
-          stream_->close();
+          end_call();
         } else {
           connect_id_ = r.connectid();
           half_close_ = r.konnhalfclose();
@@ -102,14 +101,15 @@ class GrpcTunnel::Core final : public StreamEvents,
         return;
       }
       case DATA: {
-        size_t n = p.data().data().size();
-        bool mine = (state_ == State::Established || state_ == State::Closing) &&
-                    p.data().connectid() == connect_id_ && !in_eof_ && !user_closed_;
-        if (!mine || n == 0) {
-          consumed(n);
-          return;
-        }
+        const bool mine = (state_ == State::Established || state_ == State::Closing) &&
+                          p.data().connectid() == connect_id_ && !in_eof_ && !user_closed_;
+        if (!mine || p.data().data().empty()) return;
+        inbox_bytes_ += p.data().data().size();
         inbox_.push_back(std::move(*p.mutable_data()->mutable_data()));
+        if (inbox_bytes_ >= kInboxHigh && !paused_) {
+          paused_ = true;
+          stream_->pause_reading();
+        }
         serve_read();
         return;
       }
@@ -123,7 +123,7 @@ class GrpcTunnel::Core final : public StreamEvents,
           dial_error_ =
               DialError{DialFailure::Other, "dial closed by the proxy-server (DIAL_CLS)", 0};
           set_state(State::Closed, dial_error_.text);
-          stream_->close();
+          end_call();
           timer_.cancel();
         } else if (state_ == State::Established || state_ == State::Closing) {
           remote_closed("dial closed by the proxy-server (DIAL_CLS)");
@@ -139,31 +139,34 @@ class GrpcTunnel::Core final : public StreamEvents,
     }
   }
 
-  void handle_stream_end(const grpc::Status& status) {
+  void handle_stream_end(const h2::GrpcStatus& status) {
     stream_done_ = true;
+    close_timer_.cancel();
+    std::string how = status_text(status);
+    if (!protocol_error_.empty()) how = protocol_error_ + " (" + how + ")";
     if (state_ == State::Dialing) {
       answered_ = true;
       dial_error_ =
-          DialError{status.ok() ? DialFailure::ProxyUnavailable : classify_stream_error(status),
-                    "proxy-server stream ended before DIAL_RSP: " + status_text(status), 0};
+          DialError{protocol_error_.empty() && !status.ok() ? classify_stream_error(status)
+                                                            : DialFailure::ProxyUnavailable,
+                    "proxy-server stream ended before DIAL_RSP: " + how, 0};
       set_state(State::Closed, dial_error_.text);
       timer_.cancel();
       return;
     }
     if (state_ != State::Closed) {
-      std::string why = "proxy-server stream ended: " + status_text(status);
       if (state_ == State::Established && !in_eof_) in_error_ = asio::error::connection_reset;
-      set_state(State::Closed, why);
+      set_state(State::Closed, "proxy-server stream ended: " + how);
     }
     timer_.cancel();
     serve_read();
     write_done_.complete(asio::error::broken_pipe, 0);
   }
 
-  static DialFailure classify_stream_error(const grpc::Status& s) {
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) return DialFailure::ProxyUnavailable;
-    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return DialFailure::Timeout;
-    DialFailure f = classify(s.error_message());
+  static DialFailure classify_stream_error(const h2::GrpcStatus& s) {
+    if (s.code == h2::grpc_code::kUnavailable) return DialFailure::ProxyUnavailable;
+    if (s.code == h2::grpc_code::kDeadlineExceeded) return DialFailure::Timeout;
+    DialFailure f = classify(s.message);
     return f == DialFailure::Other ? DialFailure::ProxyUnavailable : f;
   }
 
@@ -174,7 +177,7 @@ class GrpcTunnel::Core final : public StreamEvents,
     out_closed_ = true;
     if (!error.empty()) end_reason_ = error;
     set_state(State::Closed, error);
-    stream_->close();
+    end_call();
     timer_.cancel();
     serve_read();
     write_done_.complete(asio::error::broken_pipe, 0);
@@ -182,8 +185,8 @@ class GrpcTunnel::Core final : public StreamEvents,
 
   void set_state(State s, const std::string& why) {
     if (state_ == s) return;
-    KONN_LOG(tunnel_logger(), debug, "[D{} C{}] {} -> {}{}{}", dial_id_, connect_id_, to_string(state_),
-             to_string(s), why.empty() ? "" : ": ", why);
+    KONN_LOG(tunnel_logger(), debug, "[D{} C{}] {} -> {}{}{}", dial_id_, connect_id_,
+             to_string(state_), to_string(s), why.empty() ? "" : ": ", why);
     state_ = s;
     if (s == State::Closed && end_reason_.empty()) end_reason_ = why;
   }
@@ -202,14 +205,41 @@ class GrpcTunnel::Core final : public StreamEvents,
     return "?";
   }
 
-  // The reader took `n` bytes (or they were dropped): resume the stream's reads when the inbox
-  // fell below the low watermark.
-  void consumed(size_t n) {
-    if (n == 0) return;
-    size_t before = inflight_.fetch_sub(n);
-    if (before >= kInboxLow && before - n < kInboxLow && stream_) {
-      stream_->resume_reading(relay::PauseReason::QueueFull);
-    }
+  // Sends one packet on the call; false when the call can no longer send.
+  bool send(const Packet& p) {
+    if (!stream_ || stream_->ended()) return false;
+    return stream_->send_framed(tunnel::frame_packet(p).head);
+  }
+
+  // Our side of the call is done (half-close: END_STREAM after what is queued). The proxy-server
+  // ends the call then; should it not within kCloseWait, the call is cancelled.
+  void end_call() {
+    if (!stream_ || stream_->ended() || call_ended_by_us_) return;
+    call_ended_by_us_ = true;
+    stream_->half_close();
+    arm_close_timer("the proxy-server did not end the call");
+  }
+
+  void arm_close_timer(const char* why) {
+    close_timer_.expires_after(kCloseWait);
+    close_timer_.async_wait([self = shared_from_this(), why](std::error_code ec) {
+      if (ec || self->stream_done_) return;
+      KONN_LOG(tunnel_logger(), debug, "[D{} C{}] {} within {}s: cancelling it", self->dial_id_,
+               self->connect_id_, why, kCloseWait.count());
+      self->set_state(State::Closed, std::string(why) + " within 10s");
+      self->stream_->cancel();
+    });
+  }
+
+  // The reader took `n` bytes, or they were dropped.
+  void consumed(size_t n) { inbox_bytes_ -= std::min(inbox_bytes_, n); }
+
+  // Resumes the call's reading once the inbox fell below the low watermark. Never while a read
+  // is being served: resuming delivers what waited, inline.
+  void maybe_resume() {
+    if (!paused_ || inbox_bytes_ >= kInboxLow || !stream_) return;
+    paused_ = false;
+    stream_->resume_reading();
   }
 
   // Completes the pending read when there is something to report.
@@ -218,6 +248,7 @@ class GrpcTunnel::Core final : public StreamEvents,
     if (!inbox_.empty()) {
       size_t n = take(read_buf_);
       read_done_.complete({}, n);
+      maybe_resume();
     } else if (in_error_) {
       read_done_.complete(in_error_, 0);
     } else if (in_eof_ || state_ == State::Closed) {
@@ -261,7 +292,7 @@ class GrpcTunnel::Core final : public StreamEvents,
     serve_read();
   }
 
-  void start_write(std::string bytes, Completion done) {
+  void start_write(std::string framed, size_t n, Completion done) {
     if (user_closed_) {
       done.complete(asio::error::operation_aborted, 0);
       return;
@@ -270,18 +301,15 @@ class GrpcTunnel::Core final : public StreamEvents,
       done.complete(write_done_ ? asio::error::in_progress : asio::error::broken_pipe, 0);
       return;
     }
-    size_t n = bytes.size();
     if (n == 0) {
       done.complete({}, 0);
       return;
     }
-    if (!stream_->send(tunnel::make_data(connect_id_, std::move(bytes)), shared_from_this())) {
+    if (stream_->ended() || !stream_->send_framed(std::move(framed))) {
       done.complete(asio::error::broken_pipe, 0);
       return;
     }
-    bytes_up_ += n;
-    unwritten_ += n;
-    if (unwritten_ < kOutboxHigh) {
+    if (stream_->queued_bytes() < kOutboxHigh) {
       done.complete({}, n);
     } else {
       write_done_ = std::move(done);
@@ -293,7 +321,7 @@ class GrpcTunnel::Core final : public StreamEvents,
     if (state_ != State::Established || out_closed_) return;
     if (half_close_) {
       out_closed_ = true;
-      stream_->send(tunnel::make_close_write(connect_id_));
+      send(tunnel::make_close_write(connect_id_));
       return;
     }
     // An upstream agent cannot carry a half-close: end the tunnel, as upstream frontends do.
@@ -305,53 +333,45 @@ class GrpcTunnel::Core final : public StreamEvents,
     user_closed_ = true;
     read_done_.complete(asio::error::operation_aborted, 0);
     write_done_.complete(asio::error::operation_aborted, 0);
-    // Received bytes nobody will read: release them (and the stream's read gate).
-    size_t dropped = 0;
-    for (auto& s : inbox_) dropped += s.size();
-    dropped -= front_off_;
+    // Received bytes nobody will read: released, and the call reads again (its end can come).
     inbox_.clear();
     front_off_ = 0;
-    consumed(dropped);
+    inbox_bytes_ = 0;
+    maybe_resume();
     begin_close();
   }
 
   // Ends the tunnel from our side: DIAL_CLS while dialling, CLOSE_REQ when established (then
-  // CLOSE_RSP is awaited for kCloseWait before the stream is cancelled).
+  // CLOSE_RSP is awaited for kCloseWait before the call is cancelled).
   void begin_close() {
     out_closed_ = true;
-    if (stream_->closing() && state_ != State::Closed) {
-      // The stream is already going away (cancelled by the Dialer at shutdown, or broken):
-      // nothing can be sent on it any more.
-      set_state(State::Closed, "stream closing");
+    if (stream_done_ || !stream_) {
+      set_state(State::Closed, "stream closed");
       return;
     }
     switch (state_) {
       case State::Dialing:
-        stream_->send(tunnel::make_close_dial(dial_id_));
+        send(tunnel::make_close_dial(dial_id_));
         set_state(State::Closed, "dial abandoned");
-        stream_->close();
+        end_call();
         return;
-      case State::Established: {
-        stream_->send(tunnel::make_close_request(connect_id_));
+      case State::Established:
+        send(tunnel::make_close_request(connect_id_));
         set_state(State::Closing, "");
-        timer_.expires_after(kCloseWait);
-        timer_.async_wait([self = shared_from_this()](std::error_code ec) {
-          if (ec || self->state_ != State::Closing) return;
-          self->set_state(State::Closed, "no CLOSE_RSP within 10s");
-          self->stream_->close({h2::grpc_code::kCancelled, "no CLOSE_RSP"}, true);
-        });
+        arm_close_timer("no CLOSE_RSP");
         return;
-      }
       case State::Closing:
+        return;
       case State::Closed:
-        if (state_ == State::Closed && !stream_done_) stream_->close();
+        end_call();
         return;
     }
   }
 
-  asio::any_io_executor ex_;
-  asio::steady_timer timer_;  // the dial's deadline, then the CLOSE_RSP wait
-  std::shared_ptr<ProxyStreamReactor> stream_;
+  const asio::any_io_executor ex_;
+  asio::steady_timer timer_;        // the dial's deadline
+  asio::steady_timer close_timer_;  // how long the proxy-server has to end the call
+  std::shared_ptr<h2::Stream> stream_;
   const int64_t dial_id_;
   int64_t connect_id_ = 0;
   bool half_close_ = false;
@@ -359,40 +379,47 @@ class GrpcTunnel::Core final : public StreamEvents,
   bool answered_ = false;
   DialError dial_error_;
   std::string end_reason_;
+  std::string protocol_error_;  // why we cancelled the call, when the proxy-server broke it
   bool user_closed_ = false;
   bool stream_done_ = false;
+  bool call_ended_by_us_ = false;  // half-closed
 
-  std::atomic<size_t> inflight_{0};  // DATA bytes from gRPC not yet read (gRPC threads add)
-  std::deque<std::string> inbox_;
+  std::deque<std::string> inbox_;  // DATA payloads not yet read
+  size_t inbox_bytes_ = 0;
   size_t front_off_ = 0;
+  bool paused_ = false;  // the call's reading is paused (inbox past kInboxHigh)
   bool in_eof_ = false;
   std::error_code in_error_;
   asio::mutable_buffer read_buf_;
   Completion read_done_;
 
-  size_t unwritten_ = 0;  // queued on the stream, not yet handed to gRPC
   bool out_closed_ = false;
-  Completion write_done_;
+  Completion write_done_;  // a write that waits for HTTP/2 to take the queue
   size_t write_len_ = 0;
-  uint64_t bytes_up_ = 0;
 };
 
-io::Awaitable<GrpcTunnel::DialOutcome> GrpcTunnel::dial(ProxyService::Stub& stub,
+io::Awaitable<GrpcTunnel::DialOutcome> GrpcTunnel::dial(ProxyConnections& connections,
                                                         std::string address,
-                                                        std::chrono::milliseconds timeout,
-                                                        std::shared_ptr<StreamTracker> tracker) {
+                                                        std::chrono::milliseconds timeout) {
   auto ex = co_await asio::this_coro::executor;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto core = std::make_shared<Core>(ex, random_dial_id());
-  core->stream_ = ProxyStreamReactor::start(stub, core, std::move(tracker));
+  DialOutcome out;
   Packet req = tunnel::make_dial_request(address, core->dial_id_);
   req.mutable_dialrequest()->set_konnhalfclose(true);
-  core->stream_->send(std::move(req));
-  core->timer_.expires_after(timeout);
+  auto call =
+      co_await connections.start_call(core->callbacks(), deadline, tunnel::frame_packet(req).head);
+  if (!call.stream) {
+    out.error = DialError{call.timed_out ? DialFailure::Timeout : DialFailure::ProxyUnavailable,
+                          call.timed_out ? "dial timeout: " + call.error : call.error, 0};
+    co_return out;
+  }
+  core->attach(std::move(call.stream));
+  core->timer_.expires_at(deadline);
   while (!core->answered_) {
     auto [ec] = co_await core->timer_.async_wait(io::use_nothrow);
     if (!ec) break;  // the deadline passed (a cancel means an answer arrived)
   }
-  DialOutcome out;
   if (!core->answered_) {
     KONN_LOG(tunnel_logger(), debug, "[D{}] dial {}: no DIAL_RSP within {}ms, sending DIAL_CLS",
              core->dial_id_, address, timeout.count());
@@ -424,8 +451,8 @@ void GrpcTunnel::start_read(asio::mutable_buffer buf, Completion done) {
   core_->start_read(buf, std::move(done));
 }
 
-void GrpcTunnel::start_write(std::string bytes, Completion done) {
-  core_->start_write(std::move(bytes), std::move(done));
+void GrpcTunnel::start_write(std::string framed, size_t n, Completion done) {
+  core_->start_write(std::move(framed), n, std::move(done));
 }
 
 void GrpcTunnel::shutdown(asio::socket_base::shutdown_type what, std::error_code& ec) {

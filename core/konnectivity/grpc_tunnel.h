@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -14,28 +15,28 @@
 #include "core/io/asio_compat.h"
 #include "core/konnectivity/completion.h"
 #include "core/konnectivity/dial_error.h"
-#include "konnectivity/client.grpc.pb.h"
+#include "core/konnectivity/proxy_connections.h"
+#include "core/tunnel/packet.h"
 
 namespace konn::core::konnectivity {
 
-class StreamTracker;
-
-// One tunnel through a proxy-server's gRPC frontend: one `/ProxyService/Proxy` stream, dialled
-// the way konnectivity-client does it (DIAL_REQ with a random non-negative dial id → DIAL_RSP →
-// DATA both ways → CLOSE_REQ/CLOSE_RSP; DIAL_CLS when the dial times out), bridged to Asio.
+// One tunnel through a proxy-server's gRPC frontend: one `/ProxyService/Proxy` call on a
+// core/h2 connection of ProxyConnections, dialled the way konnectivity-client does it (DIAL_REQ
+// with a random non-negative dial id → DIAL_RSP → DATA both ways → CLOSE_REQ/CLOSE_RSP; DIAL_CLS
+// when the dial times out), bridged to Asio.
 //
 // To Asio it is a stream socket: async_read_some/async_write_some with any completion token,
-// shutdown(), close(), so core/relay and asio::async_write work on it. All of those run on the
-// tunnel's executor (the one dial() ran on). gRPC reactions never touch the tunnel's state: they
-// post to that executor.
+// shutdown(), close(), so core/relay and asio::async_write work on it. Everything runs on the
+// tunnel's executor (the one dial() ran on), which is also its connection's thread: a packet is
+// handled inline as the connection reads it, and a pending read completes from there (through
+// that executor's queue, never on another thread).
 //
 // Bounded buffering, both ways:
-//  - received DATA waits for the reader in an inbox; past kInboxHigh bytes the stream starts no
-//    new read until the reader took it below kInboxLow (HTTP/2 flow control then holds the
-//    server);
-//  - a write completes once its bytes are queued on the stream, unless more than kOutboxHigh
-//    bytes are still unwritten by gRPC: then it completes when that drops to kOutboxLow. The
-//    stream merges queued DATA into large packets.
+//  - received DATA waits for the reader in an inbox; past kInboxHigh bytes the call's reading
+//    pauses until the reader took it below kInboxLow (its HTTP/2 window is then not given back,
+//    and the proxy-server stops);
+//  - a write completes once its bytes are queued on the call, unless more than kOutboxHigh bytes
+//    are queued there and not yet taken by HTTP/2: then it completes when HTTP/2 took them all.
 //
 // Half-close: the DIAL_REQ asks for konn's extension (konnHalfClose). When the agent confirmed
 // it, shutdown(send) sends KONN_CLOSE_WRITE and reads continue; otherwise (an upstream agent)
@@ -47,10 +48,9 @@ class GrpcTunnel {
   static constexpr size_t kInboxHigh = 4 * 1024 * 1024;
   static constexpr size_t kInboxLow = 1024 * 1024;
   static constexpr size_t kOutboxHigh = 1024 * 1024;
-  static constexpr size_t kOutboxLow = 512 * 1024;
   static constexpr size_t kMaxWrite = 1024 * 1024;  // bytes one async_write_some takes
-  // After CLOSE_REQ, how long we wait for CLOSE_RSP before cancelling the stream
-  // (konnectivity-client waits 10 s too).
+  // After CLOSE_REQ (or DIAL_CLS, or our half-close of the call), how long the proxy-server has
+  // to end the call before it is cancelled (konnectivity-client waits 10 s for CLOSE_RSP too).
   static constexpr std::chrono::seconds kCloseWait{10};
 
   struct DialOutcome {
@@ -58,14 +58,14 @@ class GrpcTunnel {
     DialError error;
   };
 
-  // Opens a stream on `stub` and dials `address` ("host:port"). Waits up to `timeout` for the
-  // DIAL_RSP; on timeout sends DIAL_CLS and fails with DialFailure::Timeout. Runs on (and binds
-  // the tunnel to) the calling coroutine's executor. `tracker` may be null.
-  static io::Awaitable<DialOutcome> dial(ProxyService::Stub& stub, std::string address,
-                                         std::chrono::milliseconds timeout,
-                                         std::shared_ptr<StreamTracker> tracker);
+  // Starts a call on `connections` (this thread's connection, made first when there is none) and
+  // dials `address` ("host:port"). Waits up to `timeout` for the DIAL_RSP; on timeout sends
+  // DIAL_CLS and fails with DialFailure::Timeout. Runs on (and binds the tunnel to) the calling
+  // coroutine's executor, which must be one thread.
+  static io::Awaitable<DialOutcome> dial(ProxyConnections& connections, std::string address,
+                                         std::chrono::milliseconds timeout);
 
-  // Closes the tunnel (close()); the stream finishes in the background.
+  // Closes the tunnel (close()); the call ends in the background.
   ~GrpcTunnel();
   GrpcTunnel(const GrpcTunnel&) = delete;
   GrpcTunnel& operator=(const GrpcTunnel&) = delete;
@@ -93,10 +93,19 @@ class GrpcTunnel {
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
     return asio::async_initiate<Token, void(std::error_code, std::size_t)>(
         [this](auto handler, const ConstBuffers& bufs) {
-          // The packet owns its bytes: the caller's buffer is free once the write completes.
-          std::string bytes(std::min(asio::buffer_size(bufs), kMaxWrite), '\0');
-          asio::buffer_copy(asio::buffer(bytes), bufs);
-          start_write(std::move(bytes), Completion(std::move(handler), get_executor()));
+          // Exception to the no-copy rule: the relay reuses its buffer, so the bytes are copied
+          // once, here, behind the DATA packet's head; the call sends that message as it is.
+          const size_t n = std::min(asio::buffer_size(bufs), kMaxWrite);
+          std::string framed = tunnel::frame_data_head(connect_id(), n);
+          size_t left = n;
+          for (auto it = asio::buffer_sequence_begin(bufs);
+               left > 0 && it != asio::buffer_sequence_end(bufs); ++it) {
+            asio::const_buffer b(*it);
+            const size_t take = std::min(left, b.size());
+            framed.append(static_cast<const char*>(b.data()), take);
+            left -= take;
+          }
+          start_write(std::move(framed), n, Completion(std::move(handler), get_executor()));
         },
         token, buffers);
   }
@@ -119,7 +128,8 @@ class GrpcTunnel {
 
  private:
   void start_read(asio::mutable_buffer buf, Completion done);
-  void start_write(std::string bytes, Completion done);
+  // `framed`: one DATA message (frame_data_head) carrying `n` payload bytes.
+  void start_write(std::string framed, size_t n, Completion done);
 
   std::shared_ptr<Core> core_;
 };

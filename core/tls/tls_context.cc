@@ -1,6 +1,8 @@
 #include "core/tls/tls_context.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include <asio/ip/address.hpp>

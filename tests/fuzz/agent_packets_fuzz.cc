@@ -35,11 +35,11 @@
 #include "core/io/asio_compat.h"
 #include "core/log/logger.h"
 #include "core/net/listener.h"
-#include "core/tls/grpc_credentials.h"
 #include "core/tunnel/packet.h"
 #include "konnectivity/agent.grpc.pb.h"
 #include "proxy-agent/agent_app.h"
 #include "proxy-agent/server_set.h"
+#include "test-client/grpc_credentials.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/support/test_certs.h"
 
@@ -119,7 +119,7 @@ class FakeServer final : public AgentService::Service {
     grpc::ServerBuilder b;
     b.AddListeningPort(
         "127.0.0.1:0",
-        konn::core::tls::grpc_server_credentials(c.server_crt, c.server_key, c.ca_crt), &port_);
+        konn::testclient::grpc_server_credentials(c.server_crt, c.server_key, c.ca_crt), &port_);
     b.RegisterService(this);
     server_ = b.BuildAndStart();
     if (!server_) std::abort();

@@ -28,7 +28,6 @@
 #include <grpcpp/security/credentials.h>
 
 #include "core/log/logger.h"
-#include "core/tls/grpc_credentials.h"
 #include "core/tunnel/packet.h"
 #include "konnectivity/agent.grpc.pb.h"
 #include "konnectivity/client.grpc.pb.h"
@@ -36,6 +35,7 @@
 #include "proxy-server/node/node_service.h"
 #include "proxy-server/server_app.h"
 #include "proxy-server/tunnel/router.h"
+#include "test-client/grpc_credentials.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/support/echo_server.h"
 #include "tests/support/temp_dir.h"
@@ -83,7 +83,7 @@ struct Fixture {
     args.SetSslTargetNameOverride("localhost");
     agent_channel = grpc::CreateCustomChannel(
         "127.0.0.1:" + std::to_string(app->agent_port()),
-        konn::core::tls::grpc_channel_credentials(certs.ca_crt, certs.agent_crt, certs.agent_key),
+        konn::testclient::grpc_channel_credentials(certs.ca_crt, certs.agent_crt, certs.agent_key),
         args);
   }
 };

@@ -19,7 +19,7 @@
 #include <asio/ssl.hpp>
 #include <catch2/catch.hpp>
 
-#include "core/konnectivity/grpc_tunnel.h"
+#include "core/konnectivity/dialer.h"
 #include "tests/integration/ha/ha_fleet.h"
 #include "tests/integration/tunnel/e2e_macros.h"
 #include "tests/support/temp_dir.h"
@@ -474,24 +474,30 @@ TEST_CASE("grpc frontend: a tunnel its client half-closed ends at --half-close-t
   FleetAgent a(dir, certs, "agent-1", s.agent_port(), {});
   REQUIRE(eventually([&] { return s.ready_agents() == 1; }, 20s));
   Destination dest;
-  auto stub = ProxyService::NewStub(s.channel());
+  konn::core::konnectivity::UpstreamOptions upstream;
+  upstream.address = "unix:" + s.uds_path();
   asio::io_context io;
+  konn::core::konnectivity::Dialer dialer(upstream);
   struct Outcome {
     bool dialled = false;
     bool half_close = false;
     std::string answer;
     bool ended = false;
+    std::atomic<bool> finished{false};  // the coroutine returned
     std::chrono::steady_clock::time_point half_closed_at, ended_at;
   } out;
   asio::co_spawn(
       io,
       [&]() -> konn::core::io::Awaitable<void> {
         using konn::core::io::use_nothrow;
-        auto d = co_await konn::core::konnectivity::GrpcTunnel::dial(*stub, dest.address(), 10000ms,
-                                                                     nullptr);
-        if (!d.tunnel) co_return;
+        auto d = co_await dialer.dial(dest.address(), 10000ms);
+        struct Finish {
+          Outcome& o;
+          ~Finish() { o.finished = true; }
+        } finish{out};
+        if (!d.tunnel || d.tunnel->grpc() == nullptr) co_return;
         out.dialled = true;
-        auto& t = *d.tunnel;
+        auto& t = *d.tunnel->grpc();
         out.half_close = t.half_close();
         co_await asio::async_write(t, asio::buffer(std::string("GET")), use_nothrow);
         std::string answer(7, '\0');
@@ -509,7 +515,19 @@ TEST_CASE("grpc frontend: a tunnel its client half-closed ends at --half-close-t
         out.ended_at = std::chrono::steady_clock::now();
       },
       asio::detached);
-  io.run_for(15s);
+  // The dialer's connection runs on `io`'s thread until the end of the test (the call ends after
+  // the tunnel), and is closed once that thread stopped.
+  auto guard = asio::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  struct Stop {
+    asio::io_context& io;
+    std::thread& t;
+    ~Stop() {
+      io.stop();
+      t.join();
+    }
+  } stop{io, runner};
+  REQUIRE(eventually([&] { return out.finished.load(); }, 15s));
   REQUIRE(out.dialled);
   CHECK(out.half_close);
   CHECK(out.answer == "answer\n");

@@ -9,8 +9,8 @@
 #include <catch2/catch.hpp>
 #include <grpcpp/create_channel.h>
 
-#include "core/tls/grpc_credentials.h"
 #include "konnectivity/agent.grpc.pb.h"
+#include "test-client/grpc_credentials.h"
 #include "test-client/tunnel.h"
 #include "tests/integration/tunnel/e2e_macros.h"
 #include "tests/integration/tunnel/e2e_util.h"
@@ -73,8 +73,8 @@ void check_each_service_on_its_own_listener(TunnelStack& s) {
   SECTION("a Proxy call over the agent port, with a valid agent certificate, is refused") {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto creds = konn::core::tls::grpc_channel_credentials(s.certs.ca_crt, s.certs.agent_crt,
-                                                           s.certs.agent_key);
+    auto creds = konn::testclient::grpc_channel_credentials(s.certs.ca_crt, s.certs.agent_crt,
+                                                            s.certs.agent_key);
     auto tcp = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(s.server.agent_port()),
                                          creds, args);
     auto d = Tunnel::dial(tcp, s.echo.address(), 5s);

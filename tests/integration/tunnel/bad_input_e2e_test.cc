@@ -13,10 +13,10 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 
-#include "core/tls/grpc_credentials.h"
 #include "core/tunnel/packet.h"
 #include "konnectivity/agent.grpc.pb.h"
 #include "konnectivity/client.grpc.pb.h"
+#include "test-client/grpc_credentials.h"
 #include "test-client/http_get.h"
 #include "test-client/tunnel.h"
 #include "tests/integration/tunnel/e2e_macros.h"
@@ -292,8 +292,8 @@ TEST_CASE("e2e: malformed packets from an agent", "[e2e][bad-input]") {
   TunnelStack s;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto creds = konn::core::tls::grpc_channel_credentials(s.certs.ca_crt, s.certs.agent_crt,
-                                                         s.certs.agent_key);
+  auto creds = konn::testclient::grpc_channel_credentials(s.certs.ca_crt, s.certs.agent_crt,
+                                                          s.certs.agent_key);
   auto channel =
       grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(s.server.agent_port()), creds, args);
   auto stub = AgentService::NewStub(channel);

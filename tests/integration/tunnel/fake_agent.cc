@@ -2,14 +2,14 @@
 
 #include <grpcpp/create_channel.h>
 
-#include "core/tls/grpc_credentials.h"
+#include "test-client/grpc_credentials.h"
 
 namespace konn::e2e {
 
 FakeAgent::FakeAgent(uint16_t agent_port, const testsupport::TestCerts& certs, Options options) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto creds = core::tls::grpc_channel_credentials(
+  auto creds = testclient::grpc_channel_credentials(
       certs.ca_crt, options.cert.empty() ? certs.agent_crt : options.cert,
       options.key.empty() ? certs.agent_key : options.key);
   channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(agent_port), creds, args);

@@ -1,18 +1,18 @@
-#include "core/tls/grpc_credentials.h"
-
-#include <fstream>
-#include <sstream>
-#include <stdexcept>
+#include "test-client/grpc_credentials.h"
 
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 
-namespace konn::core::tls {
+#include "core/tls/pem.h"
+#include "core/tls/tls_context.h"
 
-std::shared_ptr<grpc::ServerCredentials> grpc_server_credentials(const std::string& cert_path,
-                                                                 const std::string& key_path,
-                                                                 const std::string& client_ca_path,
-                                                                 unsigned reload_interval_sec) {
+namespace konn::testclient {
+
+using core::tls::read_pem;
+
+std::shared_ptr<grpc::ServerCredentials> grpc_server_credentials(
+    const std::string& cert_path, const std::string& key_path, const std::string& client_ca_path,
+    unsigned reload_interval_sec) {
   if (reload_interval_sec > 0) {
     // Fail at startup, not at the first handshake, when a file is missing or empty.
     read_pem(cert_path);
@@ -50,4 +50,4 @@ std::shared_ptr<grpc::ChannelCredentials> grpc_channel_credentials(const std::st
   return grpc::SslCredentials(opts);
 }
 
-}  // namespace konn::core::tls
+}  // namespace konn::testclient

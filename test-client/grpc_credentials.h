@@ -6,9 +6,9 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 
-#include "core/tls/pem.h"
-
-namespace konn::core::tls {
+// gRPC C++ TLS credentials from PEM files, for the tests' and tools' gRPC C++ peers (the daemons
+// speak gRPC on core/h2 with core/tls's OpenSSL contexts).
+namespace konn::testclient {
 
 // TLS server credentials for a gRPC listener from PEM files. With a non-empty `client_ca_path`
 // clients must present a certificate signed by it (mTLS); otherwise client certificates are not
@@ -29,4 +29,4 @@ std::shared_ptr<grpc::ChannelCredentials> grpc_channel_credentials(const std::st
                                                                    const std::string& cert_path,
                                                                    const std::string& key_path);
 
-}  // namespace konn::core::tls
+}  // namespace konn::testclient
