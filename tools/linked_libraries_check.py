@@ -4,10 +4,8 @@
 For each program given: every library it records as NEEDED must define at least one symbol the
 program takes from a shared library (what -Wl,--as-needed guarantees: a library named by a
 static library of ours but never called is not loaded, relocated and paid for in RSS on every
-node). With --no-grpc-calls, the program must not call gRPC C++'s credentials either: they are in
-core/tls/grpc_credentials.cc, which only the gRPC clients (socks5 and kubeproxy-http through
-core/konnectivity, the test client) use; in a unity batch beside tls_context.cc they came into
-proxy-server and proxy-agent with it (cmake/KonnUnity.cmake's KONN_UNITY_ALONE).
+node). With --no-grpc-calls, the programs after it must not call gRPC C++ at all (no daemon does:
+docs/ARCHITECTURE.md, invariant 26).
 
     linked_libraries_check.py PROGRAM... [--no-grpc-calls PROGRAM...]
 """
