@@ -18,9 +18,8 @@
 #
 # A source with the property KONN_UNITY_ALONE stays its own object: a static library's object is
 # linked only when a symbol of it is used, so a daemon that uses none of a source's functions does
-# not link what that source needs. The sources that call gRPC C++ (core/tls/grpc_credentials.cc,
-# core/tunnel/grpc_runtime.cc) are alone, so proxy-server and proxy-agent, which use neither, do
-# not load libgrpc++ and Abseil (-Wl,--as-needed, CMakeLists.txt).
+# not link what that source needs (with -Wl,--as-needed, CMakeLists.txt, nor load its shared
+# libraries). For a source that calls a heavy library only some programs use; none does today.
 option(KONN_UNITY "Compile each target's sources in batches (unity build)" OFF)
 set(KONN_UNITY_BATCH 8 CACHE STRING "Sources per unity batch")
 

@@ -49,9 +49,8 @@ struct WriteOptions {
 // the transport. All public methods are thread-safe. The implementation calls the handle_*
 // methods from its transport's completions.
 //
-// The stream's thread: for a core/h2 stream (the server's H2ServerStream, the agent's
-// ServerStreamReactor) the worker its connection lives on; for core/konnectivity's
-// ProxyStreamReactor (gRPC C++) one of gRPC's callback threads.
+// The stream's thread: the worker its core/h2 connection lives on (the server's H2ServerStream,
+// the agent's ServerStreamReactor).
 //
 // Lifetime: the reactor holds a shared_ptr to itself until OnDone; anyone else keeps a
 // shared_ptr (never a raw pointer), and every method is safe after the stream finished: send()
