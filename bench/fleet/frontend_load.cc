@@ -51,6 +51,7 @@ struct FrontendLoad::Impl {
   uint64_t in_flight = 0;  // dials (and churn closes) not answered
   uint64_t settled = 0;    // tunnels whose dial is over
   uint64_t closing = 0;
+  uint64_t first_dialing = 0;  // tunnels before it are past their dial
 
   Impl(asio::io_context& i, FrontendConfig c) : io(i), cfg(std::move(c)) {}
 
@@ -87,6 +88,8 @@ struct FrontendLoad::Impl {
     FrontTunnel& t = tunnels[i];
     if (t.state == TState::Dialing) {
       ++result->failed;
+      result->dial_failed.us.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - t.started).count());
       if (result->first_error.empty()) result->first_error = why;
       --in_flight;
       ++settled;
@@ -160,6 +163,8 @@ struct FrontendLoad::Impl {
       ++settled;
       if (!p.dialresponse().error().empty()) {
         ++result->failed;
+        result->dial_failed.us.push_back(
+            std::chrono::duration<double, std::micro>(Clock::now() - t.started).count());
         if (result->first_error.empty()) result->first_error = p.dialresponse().error();
         t.state = TState::Failed;
         auto s = std::move(t.stream);
@@ -225,26 +230,37 @@ FrontendResult FrontendLoad::open() {
   m.result = &r;
   m.tunnels.resize(m.cfg.tunnels);
   const auto t0 = Clock::now();
-  auto pump = [&m] {
+  auto last_start = Clock::time_point{};
+  auto pump = [&m, &last_start] {
     while (m.next < m.cfg.tunnels && m.in_flight < std::max<uint64_t>(1, m.cfg.concurrency)) {
+      if (m.cfg.interval.count() > 0) {
+        const auto now = Clock::now();
+        if (now - last_start < m.cfg.interval) return;
+        last_start = now;
+      }
       m.dial(m.next++);
     }
   };
-  asio::steady_timer backstop(m.io);
-  const auto limit = m.cfg.dial_timeout;
+  const auto tick = m.cfg.interval.count() > 0
+                        ? std::min(m.cfg.interval, m.cfg.dial_timeout)
+                        : std::min(m.cfg.dial_timeout, std::chrono::milliseconds(1000));
   while (m.settled < m.cfg.tunnels || (m.cfg.churn && m.closing > 0)) {
     pump();
     const uint64_t before = m.settled;
-    m.run_until([&] { return m.settled != before || m.settled == m.cfg.tunnels; }, limit);
-    if (m.settled == before && m.in_flight > 0) {
-      // Nothing answered within the dial backstop: the dials in flight time out.
-      for (uint64_t i = 0; i < m.next; ++i) {
-        if (m.tunnels[i].state == TState::Dialing) {
-          ++r.timed_out;
-          --r.failed;  // fail() counts it as failed too
-          m.fail(i, "dial timeout");
-        }
+    m.run_until([&] { return m.settled != before || m.settled == m.cfg.tunnels; }, tick);
+    // A dial unanswered past the backstop times out.
+    const auto now = Clock::now();
+    for (uint64_t i = m.first_dialing; i < m.next; ++i) {
+      FrontTunnel& t = m.tunnels[i];
+      if (t.state != TState::Dialing) {
+        if (i == m.first_dialing) ++m.first_dialing;
+        continue;
       }
+      if (now - t.started < m.cfg.dial_timeout) break;  // dials start in order
+      ++r.timed_out;
+      m.fail(i, "dial timeout");
+      --r.failed;  // fail() counted it as failed too
+      r.dial_failed.us.pop_back();
     }
     if (m.cfg.churn && m.settled == m.cfg.tunnels) {
       m.run_until([&] { return m.closing == 0; }, std::chrono::milliseconds(10000));

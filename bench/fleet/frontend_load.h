@@ -22,10 +22,11 @@ struct FrontendConfig {
   uint64_t concurrency = 256;     // dials in flight at once
   // The address of tunnel i's DIAL_REQ.
   std::function<std::string(uint64_t)> address;
-  uint64_t active = 0;                            // tunnels (the first ones) that make round trips
-  uint64_t round_trips = 10;                      // per active tunnel, one after another
-  size_t payload = 64;                            // bytes per round trip
-  bool churn = false;                             // close each tunnel as soon as its dial answered
+  uint64_t active = 0;                    // tunnels (the first ones) that make round trips
+  uint64_t round_trips = 10;              // per active tunnel, one after another
+  size_t payload = 64;                    // bytes per round trip
+  bool churn = false;                     // close each tunnel as soon as its dial answered
+  std::chrono::milliseconds interval{0};  // at most one dial started per interval (0: no pacing)
   std::chrono::milliseconds dial_timeout{30000};  // konnectivity-client's backstop
 };
 
@@ -42,6 +43,7 @@ struct FrontendResult {
   uint64_t connections = 0;
   double open_seconds = 0;
   Latencies dial;
+  Latencies dial_failed;  // how long a failed dial took to fail (never: timed_out)
   Latencies round_trip;
   uint64_t rtt_failed = 0;
   std::string first_error;

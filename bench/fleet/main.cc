@@ -57,6 +57,9 @@ constexpr char kUsage[] = R"(usage:
       --dest-prefix=P --dest-count=M  address P<r>:80, r uniform in [0, M) (destHost routing)
       --active=A --round-trips=R --payload=B   A tunnels make R echo round trips of B bytes
       --churn                         close each tunnel once its dial answered (dial latency)
+      --interval=MS                   start at most one dial per MS (a steady trickle)
+      --dial-timeout=MS               a dial unanswered this long times out (default 30000, as
+                                      konnectivity-client's backstop)
       --wait-stdin                    after opening, wait for a line on stdin before closing
     One JSON line per step: {"event":"open"...}, {"event":"rtt"...}, {"event":"closed"...}.
 )";
@@ -322,6 +325,8 @@ int run_frontend(Flags& f) {
   cfg.round_trips = f.num("round-trips", 10);
   cfg.payload = f.num("payload", 64);
   cfg.churn = f.has("churn");
+  cfg.interval = milliseconds(f.num("interval", 0));
+  cfg.dial_timeout = milliseconds(f.num("dial-timeout", 30000));
   const bool wait_stdin = f.has("wait-stdin");
   const std::string dest = f.str("dest", "127.0.0.1:80");
   const std::string prefix = f.str("dest-prefix");
@@ -348,7 +353,8 @@ int run_frontend(Flags& f) {
         static_cast<unsigned long long>(cfg.tunnels), static_cast<unsigned long long>(r.opened),
         static_cast<unsigned long long>(r.failed), static_cast<unsigned long long>(r.timed_out),
         static_cast<unsigned long long>(r.connections), r.open_seconds);
-    emit(std::string(buf) + json_latency("dial", r.dial) + ",\"first_error\":\"" +
+    emit(std::string(buf) + json_latency("dial", r.dial) + "," +
+         json_latency("dial_failed", r.dial_failed) + ",\"first_error\":\"" +
          json_escape(r.first_error) + "\"}");
   }
   if (cfg.active > 0 && !cfg.churn) {
