@@ -10,9 +10,18 @@
 #   bench/run-all.sh --runs=5 --json=bench.json [--only=direct,konn-grpc] [--keep-work]
 #   bench/run-all.sh --upstream-bin=DIR  # also upstream ANP (bench/build-upstream.sh): anp-grpc,
 #                                      # anp-connect, and konn / upstream ratios of the same run
+#   bench/run-all.sh --fleet [...]   # the fleet benchmark instead (bench/fleet.sh, issue 42): the
+#                                      # other arguments go to it
 # See docs/performance.md for what each workload does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for a in "$@"; do
+  if [ "$a" = "--fleet" ]; then
+    rest=()
+    for b in "$@"; do [ "$b" = "--fleet" ] || rest+=("$b"); done
+    exec bash bench/fleet.sh "${rest[@]}"
+  fi
+done
 src=$(pwd)
 bash bench/install-peers.sh
 launcher=()
