@@ -373,9 +373,13 @@ def run_server(args, work, kind):
             fleet = Fleet(sims)
             took = fleet.wait_connected(step, args.connect_timeout, server)
             if took is None:
-                raise Failure(f"{kind}: only {fleet.total('connected')} of {step} agents "
-                              f"connected within {args.connect_timeout} s")
-            log(f"{kind}: {step} agents connected ({took:.1f} s)")
+                # A server that cannot take the fleet in time is measured with what it holds.
+                short = fleet.total("connected")
+                r.setdefault("short_steps", []).append({"step": step, "connected": short})
+                log(f"{kind}: only {short} of {step} agents connected within "
+                    f"{args.connect_timeout} s; going on with them")
+            else:
+                log(f"{kind}: {step} agents connected ({took:.1f} s)")
             if step == 10:
                 time.sleep(0.5)
                 r["rss_kib_10"], r["pss_kib_10"] = server.mem()
@@ -385,6 +389,8 @@ def run_server(args, work, kind):
             first = step
         r["connect_all_s"] = time.monotonic() - ramp_start
         fleet = Fleet(sims)
+        n = fleet.total("connected")  # the agents the server holds (N unless it fell short)
+        r["agents_connected"] = n
         r["routing_default"] = routing(args, server, n, dials, dest_prefix=False)
 
         # Idle.
@@ -394,9 +400,9 @@ def run_server(args, work, kind):
         idle_cpu = server.cpu() - cpu0
         r["idle_seconds"] = time.monotonic() - t0
         r["idle_cpu_s"] = idle_cpu
-        r["idle_cpu_ms_per_1000_agents"] = idle_cpu * 1000 / (n / 1000)
+        r["idle_cpu_ms_per_1000_agents"] = idle_cpu * 1000 / (max(1, n) / 1000)
         r["rss_kib_n"], r["pss_kib_n"] = server.mem()
-        base = n - 10 if n > 10 else n
+        base = max(1, n - 10 if n > 10 else n)
         r["rss_kib_per_agent"] = (r["rss_kib_n"] - r.get("rss_kib_10", r["rss_kib_empty"])) / base
         r["pss_kib_per_agent"] = (r["pss_kib_n"] - r.get("pss_kib_10", r["pss_kib_empty"])) / base
         r["threads"] = proc_threads(server.pid())
@@ -495,6 +501,7 @@ def run_server(args, work, kind):
         hzt.join()
         storm["all_back_s"] = (t_back - t_kill) if back is not None else None
         storm["connected_at_end"] = fleet.total("connected")
+        storm["connected_before"] = n
         storm["handshakes"] = hs
         span = max(0.001, t_back - t0)
         storm["handshakes_per_s"] = hs / span
@@ -643,7 +650,8 @@ def run_one_agent(args, work, kind):
 
 ROWS = [
     # (label, path, format, lower is better)
-    ("agents connected at start (s)", ("connect_all_s",), "{:.1f}"),
+    ("agents connected (of N)", ("agents_connected",), "{}"),
+    ("time to connect them, ramped (s)", ("connect_all_s",), "{:.1f}"),
     ("server RSS per idle agent (KiB)", ("rss_kib_per_agent",), "{:.1f}"),
     ("server Pss per idle agent (KiB)", ("pss_kib_per_agent",), "{:.1f}"),
     ("server RSS with N agents (MiB)", ("rss_kib_n",), "mib"),
@@ -662,6 +670,7 @@ ROWS = [
     ("RSS kept after close (MiB)", ("tunnels", "rss_kib_kept_after_close"), "mib"),
     ("round trip p50 / p99 under load (us)", ("tunnels",), "rtt"),
     ("storm: all agents back (s)", ("storm", "all_back_s"), "{:.1f}"),
+    ("storm: agents back at the end", ("storm", "connected_at_end"), "{}"),
     ("storm: TLS handshakes/s", ("storm", "handshakes_per_s"), "{:.0f}"),
     ("storm: server CPU per handshake (ms)", ("storm", "server_cpu_ms_per_handshake"), "{:.2f}"),
     ("storm: dials ok / failed / hung", ("storm",), "dials"),
@@ -757,11 +766,14 @@ def main():
                          "the echo destination: under the fd limit)")
     ap.add_argument("--routing-dials", type=int, default=1000)
     ap.add_argument("--idle-seconds", type=float, default=30)
-    ap.add_argument("--ramp", type=int, default=2000, help="agents started per second")
+    ap.add_argument("--ramp", type=int, default=300,
+                    help="agents started per second (faster only makes a loaded server time out"
+                         " handshakes it began)")
     ap.add_argument("--agents-per-shard", type=int, default=10000)
     ap.add_argument("--source-addrs", default="", help="e.g. 127.0.0.1,127.0.0.2")
-    ap.add_argument("--connect-timeout", type=float, default=600)
-    ap.add_argument("--storm-timeout", type=float, default=300)
+    ap.add_argument("--connect-timeout", type=float, default=240,
+                    help="seconds per fleet step; a server short of it is measured as it is")
+    ap.add_argument("--storm-timeout", type=float, default=180)
     ap.add_argument("--storm-dial-seconds", type=float, default=20)
     ap.add_argument("--phases", default="fleet,one-agent")
     ap.add_argument("--json", default="", help="write the results here")
