@@ -274,6 +274,39 @@ class Server:
     def stop(self, sig=signal.SIGTERM):
         stop(self.p, sig)
 
+    def gauges(self):
+        """The server's gauges on its admin /metrics (both servers keep upstream's names), as
+        {"name{labels}": value}; {} when unreadable."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics",
+                                        timeout=5) as resp:
+                text = resp.read().decode("utf-8", "replace")
+        except Exception:
+            return {}
+        kinds, out = {}, {}
+        for line in text.splitlines():
+            if line.startswith("# TYPE "):
+                parts = line.split()
+                if len(parts) >= 4:
+                    kinds[parts[2]] = parts[3]
+                continue
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.rpartition(" ")
+            name = key.split("{", 1)[0]
+            if kinds.get(name) != "gauge" or name.startswith(("process_", "go_")):
+                continue
+            try:
+                out[key] = float(value)
+            except ValueError:
+                pass
+        return out
+
+
+def gauge_drift(idle, now):
+    """The gauges whose value differs from idle (a leak, or a phase not over)."""
+    return {k: [idle.get(k), v] for k, v in now.items() if idle.get(k, 0.0) != v}
+
 
 def frontend(args, server, extra, name, wait_stdin=False, timeout=600):
     argv = [f"{args.bin}/konn-fleet-sim", "frontend", f"--uds={server.sock}", *extra]
@@ -408,6 +441,9 @@ def run_server(args, work, kind):
         r["threads"] = proc_threads(server.pid())
         idle_fds = server.fds()
         r["fds_idle"] = idle_fds
+        idle_gauges = server.gauges()
+        r["gauges_idle"] = idle_gauges
+        r["gauges_drift"] = {}
         log(f"{kind}: idle: {r['rss_kib_per_agent']:.1f} KiB RSS/agent, "
             f"{r['idle_cpu_ms_per_1000_agents']:.1f} ms CPU per 1000 agents over "
             f"{args.idle_seconds} s, {idle_fds} fds")
@@ -466,6 +502,7 @@ def run_server(args, work, kind):
         r["tunnels"].update(k1_result)
         r["tunnels"]["rss_kib_per_frontend_conn"] = per_both - r["tunnels"]["rss_kib_per_tunnel"]
         r["fds_after_phase"]["tunnels"] = settle_fds(server, idle_fds)
+        r["gauges_drift"]["tunnels"] = gauge_drift(idle_gauges, server.gauges())
         log(f"{kind}: tunnels: {o['opened']} open in {o['open_s']:.1f} s, "
             f"{r['tunnels']['rss_kib_per_tunnel']:.2f} KiB RSS/tunnel, "
             f"{rss1 - rss2} KiB given back")
@@ -538,6 +575,8 @@ def run_server(args, work, kind):
         storm["routable_dials"] = rt["dials"]
         r["storm"] = storm
         r["fds_after_phase"]["storm"] = server.fds()
+        # A restarted server starts its gauges afresh: compared with the idle ones all the same.
+        r["gauges_drift"]["storm"] = gauge_drift(idle_gauges, server.gauges())
         log(f"{kind}: storm: all back in {storm['all_back_s']} s, {storm['handshakes_per_s']:.0f} "
             f"handshakes/s, {storm['server_cpu_ms_per_handshake']:.2f} ms CPU each, "
             f"dials ok/failed/hung {storm['dials_ok']}/{storm['dials_failed']}/"
@@ -678,6 +717,7 @@ ROWS = [
     ("storm: /healthz p99 / max (ms)", ("storm",), "healthz"),
     ("after storm: routable dials", ("storm",), "routable"),
     ("fds idle / after tunnels / after storm", (), "fds"),
+    ("gauges not back to idle after tunnels / storm", ("gauges_drift",), "drift"),
     ("one agent: tunnels", ("one", "opened"), "{}"),
     ("one agent: agent RSS per tunnel (KiB)", ("one", "agent_rss_kib_per_tunnel"), "{:.2f}"),
     ("one agent: agent idle RSS / Pss (MiB)", ("one",), "agentmem"),
@@ -721,6 +761,8 @@ def fmt(d, path, f):
         if v.get("fds_idle") is None:
             return "-", None
         return f"{v.get('fds_idle')} / {a.get('tunnels')} / {a.get('storm')}", None
+    if f == "drift":
+        return f"{len(v.get('tunnels', {}))} / {len(v.get('storm', {}))}", None
     if f == "agentmem":
         return (f"{(v.get('agent_rss_kib_idle') or 0) / 1024:.1f} / "
                 f"{(v.get('agent_pss_kib_idle') or 0) / 1024:.1f}"), v.get("agent_rss_kib_idle")
@@ -825,6 +867,9 @@ def main():
           f"{os.cpu_count()} cores")
     print(table(results))
     for k, v in results.items():
+        for phase, drift in v.get("gauges_drift", {}).items():
+            for g, (was, now) in sorted(drift.items()):
+                print(f"{k}: after {phase}: {g} {was} -> {now} (idle -> now)")
         if "error" in v:
             print(f"{k}: FAILED: {v['error']}")
     out = {"commit": commit, "argv": sys.argv, "agents": args.agents, "tunnels": args.tunnels,
