@@ -1,4 +1,5 @@
 #include "core/h2/connection.h"
+#include "core/h2/session_memory.h"
 
 #include <algorithm>
 #include <charconv>
@@ -553,9 +554,9 @@ Connection::Connection(Role role, std::unique_ptr<Transport> transport, Connecti
   // that such state would have refused.
   nghttp2_option_set_no_closed_streams(opt, 1);
   if (role_ == Role::Server) {
-    nghttp2_session_server_new2(&session_, cbs, this, opt);
+    nghttp2_session_server_new3(&session_, cbs, this, opt, session_memory());
   } else {
-    nghttp2_session_client_new2(&session_, cbs, this, opt);
+    nghttp2_session_client_new3(&session_, cbs, this, opt, session_memory());
   }
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cbs);
