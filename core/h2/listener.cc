@@ -50,9 +50,7 @@ std::optional<PeerCertificate> peer_certificate(SSL* ssl) {
   const long len = BIO_get_mem_data(bio.get(), &data);
   PeerCertificate out;
   out.pem.assign(data, static_cast<size_t>(len));
-  auto names = core::tls::certificate_names(out.pem);
-  if (!names) return std::nullopt;
-  out.names = std::move(*names);
+  out.names = core::tls::certificate_names(cert.get());  // not decoded again from the PEM
   return out;
 }
 
@@ -176,6 +174,8 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     conn_ = Connection::create(Connection::Role::Server, std::move(transport_), std::move(options));
     Connection::CallHandler handler;
     if (state_->on_accept) handler = state_->on_accept(conn_, peer_);
+    // The PEM was for the owner's decision; a connection does not keep it for its life.
+    if (peer_.certificate) std::string().swap(peer_.certificate->pem);
     if (!handler) {
       KONN_LOG(listener_logger(), info, "{}: refused by its owner", log_name_);
       auto conn = std::exchange(conn_, nullptr);

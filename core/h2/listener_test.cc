@@ -66,6 +66,10 @@ struct Fixture {
           std::lock_guard lock(mu);
           peers.push_back(peer);
           return refuse ? Connection::CallHandler() : echo_handler();
+        },
+        [this](const PeerInfo& peer, const std::string&) {
+          std::lock_guard lock(mu);
+          closed.push_back(peer);
         });
   }
   ~Fixture() {
@@ -90,6 +94,7 @@ struct Fixture {
   Loop accept_loop;
   std::mutex mu;
   std::vector<PeerInfo> peers;
+  std::vector<PeerInfo> closed;  // as the CloseHandler saw them
   bool refuse = false;  // the owner refuses every peer
   std::unique_ptr<Listener> listener;
 };
@@ -151,6 +156,15 @@ TEST_CASE(
   CHECK(peers[0].certificate->names.common_name == "proxy-agent");
   CHECK(peers[0].certificate->pem.rfind("-----BEGIN CERTIFICATE-----", 0) == 0);
   CHECK(f.listener->stats().accepted == 1);
+  // The connection kept the certificate's names for its life, not its PEM (issue 42).
+  REQUIRE(f.eventually([&] {
+    std::lock_guard lock(f.mu);
+    return f.closed.size() == 1;
+  }));
+  std::lock_guard lock(f.mu);
+  REQUIRE(f.closed[0].certificate);
+  CHECK(f.closed[0].certificate->names.common_name == "proxy-agent");
+  CHECK(f.closed[0].certificate->pem.empty());
 }
 
 TEST_CASE("h2 listener: h2c on a unix socket") {

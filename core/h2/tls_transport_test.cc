@@ -139,6 +139,20 @@ TEST_CASE("a TLS transport writes through a socket that fills, and the reader ge
   CHECK(got == sent);
 }
 
+// Issue 42: a server sends no session ticket (TLS 1.3 sends them right after the handshake, so a
+// client that read the server's first bytes has read any ticket).
+TEST_CASE("a TLS server transport issues no session ticket", "[h2][tls]") {
+  TlsPair p;
+  bool written = false;
+  p.server->async_write(asio::buffer("x", 1), [&](std::error_code, size_t) { written = true; });
+  std::error_code rec;
+  CHECK(p.read_all(*p.client, 1, rec) == "x");
+  p.run_until([&] { return written; });
+  SSL_SESSION* session = SSL_get_session(p.client->native_handle());
+  REQUIRE(session != nullptr);
+  CHECK(SSL_SESSION_is_resumable(session) == 0);
+}
+
 TEST_CASE("a TLS read ends with stream_truncated when the peer vanishes without close_notify",
           "[h2][tls]") {
   TlsPair p;

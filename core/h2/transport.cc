@@ -152,6 +152,12 @@ TlsEngine::Want TlsEngine::want(int ret, std::error_code& ec) {
 TlsEngine::Want TlsEngine::handshake(bool server, std::error_code& ec) {
   if (!started_) {
     if (server) {
+      // No session tickets: neither konn's clients nor upstream's agents resume a session, and
+      // each TLS 1.3 ticket copies the session, the client's certificate decoded again: with
+      // OpenSSL's two per handshake, about a fifth of a server's CPU while agents reconnect
+      // after a restart (issue 42), and bytes every client reads for nothing.
+      SSL_set_num_tickets(ssl_, 0);
+      SSL_set_options(ssl_, SSL_OP_NO_TICKET);
       SSL_set_accept_state(ssl_);
     } else {
       SSL_set_connect_state(ssl_);

@@ -15,13 +15,17 @@ std::optional<CertificateNames> certificate_names(const std::string& pem) {
   std::unique_ptr<X509, decltype(&X509_free)> cert(
       PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
   if (!cert) return std::nullopt;
+  return certificate_names(cert.get());
+}
+
+CertificateNames certificate_names(X509* cert) {
   CertificateNames out;
   char cn[256] = {};
   int n =
-      X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName, cn, sizeof(cn));
+      X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof(cn));
   if (n > 0) out.common_name.assign(cn, static_cast<size_t>(n));
   auto* names = static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr));
+      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
   if (names == nullptr) return out;
   for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
     const GENERAL_NAME* name = sk_GENERAL_NAME_value(names, i);

@@ -6,6 +6,8 @@
 
 #include <asio/ip/address.hpp>
 
+#include <openssl/x509.h>
+
 namespace konn::core::tls {
 
 // The names a certificate vouches for: its subject's common name and its subjectAltName DNS
@@ -18,5 +20,7 @@ struct CertificateNames {
 
 // Reads the first certificate of `pem`. nullopt when it does not parse.
 std::optional<CertificateNames> certificate_names(const std::string& pem);
+// The names of a certificate already decoded (a TLS peer's: no second decoding).
+CertificateNames certificate_names(X509* cert);
 
 }  // namespace konn::core::tls
