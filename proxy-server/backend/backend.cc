@@ -156,6 +156,9 @@ void Backend::admit() {
            node_table_ ? " nodeToControlPlane=true"
                        : (node_asked ? " nodeToControlPlane=false (not enabled here)" : ""),
            same > 1 ? " (duplicate agent id: newest stream takes new dials)" : "");
+  // Read for the last time above: an idle agent keeps neither (issue 42, memory per agent).
+  core::h2::Metadata().swap(metadata_);
+  certificate_.reset();
   start_reading();
 }
 

@@ -144,8 +144,9 @@ class Backend : public core::tunnel::H2ServerStream {
   std::string agent_id_;
   std::string peer_;
   size_t home_index_ = 0;
-  core::h2::Metadata metadata_;  // the request's
-  std::optional<core::tls::CertificateNames> certificate_;  // the client's, when it sent one
+  // The request's metadata and the client's certificate names: read until admit(), then freed.
+  core::h2::Metadata metadata_;
+  std::optional<core::tls::CertificateNames> certificate_;
   std::string identifiers_header_;
   core::tunnel::AgentIdentifiers identifiers_;
   bool flow_control_ = false;
