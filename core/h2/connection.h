@@ -49,6 +49,40 @@ struct StreamCallbacks {
 
 class Connection;
 
+// A queue that holds no memory while empty: std::deque allocates a 512-byte block and its map
+// when constructed, which every idle stream would keep (an agent's, a held tunnel's). Allocated
+// at the first push, freed when the last element leaves (issue 42).
+template <typename T>
+class IdleFreeQueue {
+ public:
+  bool empty() const { return !q_ || q_->empty(); }
+  size_t size() const { return q_ ? q_->size() : 0; }
+  void push_back(T&& v) {
+    if (!q_) q_ = std::make_unique<std::deque<T>>();
+    q_->push_back(std::move(v));
+  }
+  T& front() { return q_->front(); }
+  const T& front() const { return q_->front(); }
+  T& back() { return q_->back(); }
+  void pop_front() {
+    q_->pop_front();
+    if (q_->empty()) q_.reset();
+  }
+  void pop_back() {
+    q_->pop_back();
+    if (q_->empty()) q_.reset();
+  }
+  void clear() { q_.reset(); }
+  bool holds_memory() const { return q_ != nullptr; }
+  // Iteration (const): an empty queue iterates over nothing.
+  typename std::deque<T>::const_iterator begin() const { return (q_ ? *q_ : empty_).begin(); }
+  typename std::deque<T>::const_iterator end() const { return (q_ ? *q_ : empty_).end(); }
+
+ private:
+  std::unique_ptr<std::deque<T>> q_;
+  inline static const std::deque<T> empty_{};
+};
+
 // Holds a connection's writes back while it lives (see Stream::hold_writes). Movable only.
 class WriteHold {
  public:
@@ -108,6 +142,8 @@ class Stream {
   void set_on_drained(std::function<void()> cb) { on_drained_ = std::move(cb); }
   void set_callbacks(StreamCallbacks cb) { cb_ = std::move(cb); }
   bool ended() const { return ended_; }
+  // Whether the stream's receive or send queue holds memory (none while both are empty).
+  bool queues_hold_memory() const { return inbox_.holds_memory() || outbox_.holds_memory(); }
   // Holds the connection's writes back until the returned object goes, so that what is queued
   // meanwhile leaves in one write: a last message and the status after it, which would otherwise
   // take two (the status waits for the write that carries the message). Empty once the stream
@@ -134,7 +170,7 @@ class Stream {
   std::function<void()> on_drained_;
   GrpcMessageDecoder decoder_;
   // Receive side.
-  std::deque<std::string> inbox_;
+  IdleFreeQueue<std::string> inbox_;
   size_t inbox_bytes_ = 0;
   size_t unconsumed_ = 0;  // DATA bytes received whose window was not given back
   bool paused_ = false;
@@ -148,7 +184,7 @@ class Stream {
     std::string_view borrowed;
     size_t size() const { return owned.size() + borrowed.size(); }
   };
-  std::deque<Outgoing> outbox_;
+  IdleFreeQueue<Outgoing> outbox_;
   size_t out_offset_ = 0;  // bytes of outbox_.front() already taken
   size_t queued_bytes_ = 0;
   bool data_started_ = false;  // a data provider is attached (request / response headers sent)

@@ -85,3 +85,22 @@ TEST_CASE("h2 session memory: every Connection's session allocates through it", 
   CHECK(session_memory_stats().sparse_blocks == before.sparse_blocks + 2);
   CHECK(session_memory_stats().released_bytes >= before.released_bytes + 2 * 8192);
 }
+
+TEST_CASE("h2 stream queues hold no memory while empty", "[h2][memory]") {
+  konn::core::h2::IdleFreeQueue<std::string> q;
+  CHECK_FALSE(q.holds_memory());
+  CHECK(q.begin() == q.end());
+  q.push_back("a");
+  q.push_back("b");
+  CHECK(q.holds_memory());
+  CHECK(q.size() == 2);
+  CHECK(q.front() == "a");
+  q.pop_front();
+  CHECK(q.holds_memory());
+  q.pop_back();
+  CHECK(q.empty());
+  CHECK_FALSE(q.holds_memory());  // the last one out freed the block
+  q.push_back("c");
+  q.clear();
+  CHECK_FALSE(q.holds_memory());
+}
