@@ -17,6 +17,7 @@ using namespace asio::experimental::awaitable_operators;
 using core::io::use_nothrow;
 using core::relay::PauseReason;
 namespace tunnel = core::tunnel;
+using Side = tunnel::TunnelLife::Side;
 
 spdlog::logger& forward_logger() {
   static const auto log = core::log::get("agent.endpoint");
@@ -38,20 +39,6 @@ constexpr std::chrono::seconds kNodeDialBackstop{30};
 
 }  // namespace
 
-const char* to_string(EndpointConnection::State s) {
-  switch (s) {
-    case EndpointConnection::State::Dialing:
-      return "Dialing";
-    case EndpointConnection::State::Established:
-      return "Established";
-    case EndpointConnection::State::Closing:
-      return "Closing";
-    case EndpointConnection::State::Closed:
-      return "Closed";
-  }
-  return "?";
-}
-
 EndpointConnection::EndpointConnection(asio::io_context& ctx,
                                        std::shared_ptr<tunnel::PacketStream> stream,
                                        std::shared_ptr<ConnectionTable> table, int64_t connect_id,
@@ -72,9 +59,7 @@ EndpointConnection::EndpointConnection(asio::io_context& ctx,
       socket_(ctx),
       cancel_timer_(ctx, asio::steady_timer::time_point::max()),
       gate_timer_(ctx),
-      flush_timer_(ctx),
-      credit_(tunnel::kTunnelWindow),
-      started_(std::chrono::steady_clock::now()) {
+      flush_timer_(ctx) {
   if (stats_) stats_->endpoint_slots.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -110,9 +95,9 @@ EndpointConnection::Status EndpointConnection::status() const {
     std::lock_guard lock(status_mu_);
     out.destination = destination_;
   }
-  out.started = started_;
-  out.bytes_from_endpoint = bytes_up_.load(std::memory_order_relaxed);
-  out.bytes_to_endpoint = bytes_down_.load(std::memory_order_relaxed);
+  out.started = life_.started();
+  out.bytes_from_endpoint = life_.bytes_out();
+  out.bytes_to_endpoint = life_.bytes_in();
   return out;
 }
 
@@ -121,7 +106,7 @@ void EndpointConnection::start(std::string address) {
     std::lock_guard lock(status_mu_);
     destination_ = address;
   }
-  arm_half_close_bound();
+  configure_life();
   if (auto to = core::net::literal_endpoint(address)) {
     asio::post(ctx_, [self = shared_from_this(), to = *to, address = std::move(address)]() mutable {
       self->connect(to, std::move(address));
@@ -137,7 +122,7 @@ void EndpointConnection::start_accepted(asio::ip::tcp::socket socket, std::strin
     destination_ = address;
   }
   accepted_ = true;  // before the dial is sent: the stream's reaction checks it on the answer
-  arm_half_close_bound();
+  configure_life();
   asio::post(ctx_, [self = shared_from_this(), s = std::move(socket),
                     address = std::move(address)]() mutable {
     self->socket_ = std::move(s);
@@ -149,14 +134,14 @@ void EndpointConnection::start_accepted(asio::ip::tcp::socket socket, std::strin
     Packet req = tunnel::make_dial_request(address, self->dial_id_);
     req.mutable_dialrequest()->set_konnhalfclose(self->settings_.half_close);
     if (!self->send_packet(std::move(req))) {
-      self->close_reason_ = "server stream closing";
+      self->life_.replace_reason("server stream closing");
       self->finish_close();
       return;
     }
     self->cancel_timer_.expires_after(kNodeDialBackstop);
     self->cancel_timer_.async_wait([weak = self->weak_from_this()](std::error_code ec) {
       auto me = weak.lock();
-      if (ec || !me || me->state_ != State::Dialing) return;
+      if (ec || !me || me->state() != State::Dialing) return;
       me->stats_->dial_timeouts.fetch_add(1, std::memory_order_relaxed);
       KONN_CONN_LOG((&me->logger()), warn, *me, "no answer from the server within {}s",
                     kNodeDialBackstop.count());
@@ -167,7 +152,7 @@ void EndpointConnection::start_accepted(asio::ip::tcp::socket socket, std::strin
 
 void EndpointConnection::dial_answered(int64_t connect_id, std::string error) {
   asio::post(ctx_, [self = shared_from_this(), connect_id, error = std::move(error)] {
-    if (self->state_ != State::Dialing) {
+    if (self->state() != State::Dialing) {
       // Closed while the server dialled, or a second answer: the server must forget the tunnel
       // it opened for us, and the table the id the stream registered for it (only that id).
       if (error.empty() && connect_id != 0 && connect_id != self->connect_id_) {
@@ -179,7 +164,7 @@ void EndpointConnection::dial_answered(int64_t connect_id, std::string error) {
     if (!error.empty()) {
       self->stats_->dial_failures.fetch_add(1, std::memory_order_relaxed);
       KONN_CONN_LOG((&self->logger()), warn, *self, "dial failed at the server: {}", error);
-      self->close_reason_ = "dial failed: " + error;
+      self->life_.replace_reason("dial failed: " + error);
       self->finish_close();
       return;
     }
@@ -187,7 +172,7 @@ void EndpointConnection::dial_answered(int64_t connect_id, std::string error) {
     self->connect_id_ = connect_id;
     self->prefix_ = self->make_prefix();
     self->set_state(State::Established);
-    self->stats_->observe_dial(std::chrono::steady_clock::now() - self->started_);
+    self->stats_->observe_dial(std::chrono::steady_clock::now() - self->life_.started());
     self->stats_->open_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
     self->read_next();
     self->write_next();  // DATA that arrived with the answer
@@ -197,7 +182,7 @@ void EndpointConnection::dial_answered(int64_t connect_id, std::string error) {
 void EndpointConnection::peer_closed(std::string error) {
   asio::post(ctx_, [self = shared_from_this(), error = std::move(error)] {
     std::string reason = "closed by the peer" + (error.empty() ? "" : ": " + error);
-    if (self->state_ == State::Dialing) {
+    if (self->state() == State::Dialing) {
       self->stop_dial(reason, false);
       return;
     }
@@ -216,24 +201,29 @@ void EndpointConnection::stop_dial(const std::string& reason, bool tell_peer) {
     return;
   }
   if (tell_peer) send_packet(tunnel::make_close_dial(dial_id_));
-  close_reason_ = reason;
+  life_.replace_reason(reason);
   finish_close();
 }
 
-void EndpointConnection::arm_half_close_bound() {
-  if (settings_.half_close) {
-    std::weak_ptr<EndpointConnection> weak = weak_from_this();
-    quiet_ = std::make_unique<tunnel::QuietTimer>(ctx_.get_executor(), [weak] {
-      auto self = weak.lock();
-      if (!self || self->state_ != State::Established) return;
-      self->stats_->half_close_timeouts.fetch_add(1, std::memory_order_relaxed);
-      std::string reason = "half-closed connection quiet for " +
-                           core::config::format_go_duration(self->settings_.half_close_timeout) +
-                           " (--half-close-timeout)";
-      KONN_CONN_LOG((&self->logger()), info, *self, "closing: {}", reason);
-      self->close(reason, CloseFlags::SendCloseResponse, reason);
-    });
-  }
+void EndpointConnection::configure_life() {
+  tunnel::TunnelPolicy policy;
+  policy.to_peer_high = static_cast<int64_t>(settings_.queue_high_watermark);
+  policy.to_peer_low = static_cast<int64_t>(settings_.queue_high_watermark / 2);
+  policy.flow_control = settings_.flow_control;
+  policy.queue_cap = settings_.write_queue_cap;  // with flow control too
+  policy.half_close = settings_.half_close;
+  policy.half_close_timeout = settings_.half_close_timeout;
+  std::weak_ptr<EndpointConnection> weak = weak_from_this();
+  life_.configure(policy, ctx_.get_executor(), [weak] {
+    auto self = weak.lock();
+    if (!self || self->state() != State::Established) return;
+    self->stats_->half_close_timeouts.fetch_add(1, std::memory_order_relaxed);
+    std::string reason = "half-closed connection quiet for " +
+                         core::config::format_go_duration(self->settings_.half_close_timeout) +
+                         " (--half-close-timeout)";
+    KONN_CONN_LOG((&self->logger()), info, *self, "closing: {}", reason);
+    self->close(reason, CloseFlags::SendCloseResponse, reason);
+  });
 }
 
 void EndpointConnection::deliver(Packet&& data) {
@@ -244,14 +234,14 @@ void EndpointConnection::deliver(Packet&& data) {
   if (direct.written > 0) data.mutable_data()->mutable_data()->erase(0, direct.written);
   auto n = static_cast<int64_t>(tunnel::data_size(data));
   int64_t total = pending_writes_.fetch_add(n, std::memory_order_relaxed) + n;
-  if (total > static_cast<int64_t>(settings_.write_queue_cap)) {
+  if (life_.over_cap(static_cast<size_t>(total))) {
     // The endpoint does not keep up and the server cannot be slowed down for this connection
     // alone: close it alone rather than stall the stream (STYLE head-of-line policy).
     pending_writes_.fetch_sub(n, std::memory_order_relaxed);
     write_role_.arrived();  // not posted: the connection is closed for it
     if (!overflowed_.exchange(true)) {
       asio::post(ctx_, [self = shared_from_this()] {
-        if (self->state_ == State::Closed) return;
+        if (self->state() == State::Closed) return;
         self->stats_->queue_overflow_closes.fetch_add(1, std::memory_order_relaxed);
         self->close("write queue over its cap", CloseFlags::SendCloseResponse,
                     "konn agent: endpoint write queue over " +
@@ -274,7 +264,7 @@ void EndpointConnection::close_request() {
 
 void EndpointConnection::cancel_dial() {
   asio::post(ctx_, [self = shared_from_this()] {
-    if (self->state_ == State::Dialing) {
+    if (self->state() == State::Dialing) {
       self->stop_dial("dial cancelled by the peer", false);
       return;
     }
@@ -284,13 +274,13 @@ void EndpointConnection::cancel_dial() {
 
 void EndpointConnection::close_write() {
   asio::post(ctx_, [self = shared_from_this()] {
-    if (!self->settings_.half_close || self->state_ != State::Established || self->server_eof_) {
+    if (!self->settings_.half_close || self->state() != State::Established ||
+        self->life_.finished(Side::Peer)) {
       return;
     }
-    self->server_eof_ = true;
     self->write_role_.close();  // no DATA comes after it; the socket's write side will shut
-    self->one_side_finished();
-    if (self->endpoint_eof_) {
+    self->one_side_finished(Side::Peer);
+    if (self->life_.finished(Side::Local)) {
       self->close("both sides finished sending",
                   CloseFlags::SendCloseResponse | CloseFlags::Flush | CloseFlags::Routine);
       return;
@@ -300,13 +290,12 @@ void EndpointConnection::close_write() {
 }
 
 void EndpointConnection::endpoint_eof() {
-  if (!settings_.half_close || server_eof_) {
+  if (!settings_.half_close || life_.finished(Side::Peer)) {
     close("endpoint closed the connection",
           CloseFlags::SendCloseResponse | CloseFlags::Flush | CloseFlags::Routine);
     return;
   }
-  endpoint_eof_ = true;
-  one_side_finished();
+  one_side_finished(Side::Local);
   KONN_CONN_LOG((&logger()), debug, *this, "endpoint finished sending: half-close to the server");
   if (!send_packet(tunnel::make_close_write(connect_id_))) {
     close("server stream closing", CloseFlags::None);
@@ -314,33 +303,30 @@ void EndpointConnection::endpoint_eof() {
 }
 
 void EndpointConnection::maybe_shutdown_write() {
-  if (!server_eof_ || write_shut_ || writing_ || !writes_.empty()) return;
-  if (state_ != State::Established) return;
+  if (!life_.finished(Side::Peer) || write_shut_ || writing_ || !writes_.empty()) return;
+  if (state() != State::Established) return;
   write_shut_ = true;
   std::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_send, ignored);
   KONN_CONN_LOG((&logger()), debug, *this, "server finished sending: endpoint write side shut");
 }
 
-void EndpointConnection::one_side_finished() {
-  if (half_counted_ || state_ != State::Established) return;
-  half_counted_ = true;
-  stats_->half_closed_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
-  if (quiet_) quiet_->set_limit(settings_.half_close_timeout);
+void EndpointConnection::one_side_finished(Side side) {
+  if (life_.one_side_finished(side)) {
+    stats_->half_closed_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void EndpointConnection::end_half_close() {
-  if (quiet_) quiet_->stop();
-  if (!half_counted_) return;
-  half_counted_ = false;
-  stats_->half_closed_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
+  if (life_.end_half_close()) {
+    stats_->half_closed_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 
 void EndpointConnection::add_credit(int64_t bytes) {
   if (bytes <= 0) return;
   asio::post(ctx_, [self = shared_from_this(), bytes] {
-    self->credit_ += bytes;
-    if (self->credit_ > 0) self->resume(PauseReason::NoCredit);
+    if (self->life_.add_credit(bytes)) self->resume(PauseReason::NoCredit);
   });
 }
 
@@ -349,7 +335,7 @@ void EndpointConnection::abandon() {
     // A node-side client learns that its tunnel broke from a reset, not from an EOF that could
     // pass for the end of a response.
     self->reset_ = self->settings_.node_direction;
-    if (self->state_ == State::Dialing) {
+    if (self->state() == State::Dialing) {
       self->stop_dial("server stream ended while dialing", false);
       return;
     }
@@ -358,12 +344,9 @@ void EndpointConnection::abandon() {
 }
 
 void EndpointConnection::on_written(size_t data_bytes) {
-  auto n = static_cast<int64_t>(data_bytes);
-  int64_t left = in_stream_.fetch_sub(n) - n;
   // Only a paused read loop needs its worker woken: a post per packet would cost a context
-  // switch per packet. Pairs with the read loop's store-then-recheck (both sequentially
-  // consistent), so a pause and the last write cannot miss each other.
-  if (left <= static_cast<int64_t>(settings_.queue_high_watermark / 2) && queue_paused_.load()) {
+  // switch per packet (TunnelLife: a pause and the last write cannot miss each other).
+  if (life_.left_for_peer(data_bytes)) {
     asio::post(ctx_, [self = shared_from_this()] { self->resume_if_drained(); });
   }
 }
@@ -410,7 +393,7 @@ void EndpointConnection::connect(const asio::ip::tcp::endpoint& to, std::string 
   // The dial's deadline, and DIAL_CLS (stop_dial): either one cancels the wait.
   cancel_timer_.expires_after(settings_.dial_timeout);
   cancel_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
-    if (ec || self->state_ != State::Dialing) return;
+    if (ec || self->state() != State::Dialing) return;
     self->dial_timed_out_ = true;
     std::error_code ignored;
     self->socket_.cancel(ignored);
@@ -434,7 +417,7 @@ void EndpointConnection::connect(const asio::ip::tcp::endpoint& to, std::string 
 
 void EndpointConnection::end_cancelled_dial() {
   stats_->dials_cancelled.fetch_add(1, std::memory_order_relaxed);
-  close_reason_ = "dial cancelled (DIAL_CLS)";
+  life_.replace_reason("dial cancelled (DIAL_CLS)");
   finish_close();
 }
 
@@ -446,7 +429,7 @@ void EndpointConnection::dialled(std::error_code ec, const std::string& error_te
     stats_->refused("destination", {}, error);
     KONN_CONN_LOG((&logger()), warn, *this, "dial refused: {}", error);
     send_packet(tunnel::make_dial_response(dial_id_, 0, error));
-    close_reason_ = "dial refused: destination not allowed";
+    life_.replace_reason("dial refused: destination not allowed");
     finish_close();
     return;
   }
@@ -458,17 +441,17 @@ void EndpointConnection::dialled(std::error_code ec, const std::string& error_te
     }
     stats_->refused(ec == konn::Errc::DialTimeout ? "dial_timeout" : "dial_failed", {}, error_text);
     send_packet(tunnel::make_dial_response(dial_id_, 0, error_text));
-    close_reason_ = "dial failed: " + error_text;
+    life_.replace_reason("dial failed: " + error_text);
     finish_close();
     return;
   }
   if (!table_->establish(dial_id_, connect_id_, this)) {
-    close_reason_ = "server stream ended while dialing";
+    life_.replace_reason("server stream ended while dialing");
     finish_close();
     return;
   }
   set_state(State::Established);
-  stats_->observe_dial(std::chrono::steady_clock::now() - started_);
+  stats_->observe_dial(std::chrono::steady_clock::now() - life_.started());
   stats_->open_endpoint_connections.fetch_add(1, std::memory_order_relaxed);
   Packet rsp = tunnel::make_dial_response(dial_id_, connect_id_);
   rsp.mutable_dialresponse()->set_konnhalfclose(settings_.half_close);
@@ -481,7 +464,7 @@ void EndpointConnection::dialled(std::error_code ec, const std::string& error_te
 }
 
 void EndpointConnection::read_next() {
-  if (state_ != State::Established) return;
+  if (state() != State::Established) return;
   if (!gate_.open()) {  // resume() and close() cancel the wait
     gate_timer_.expires_at(asio::steady_timer::time_point::max());
     gate_timer_.async_wait([self = shared_from_this()](std::error_code) { self->read_next(); });
@@ -492,16 +475,16 @@ void EndpointConnection::read_next() {
 }
 
 void EndpointConnection::read_ready(std::error_code wait_ec) {
-  if (state_ != State::Established) return;
+  if (state() != State::Established) return;
   if (wait_ec) {
     close("socket wait failed: " + wait_ec.message(), CloseFlags::SendCloseResponse,
           wait_ec.message());
     return;
   }
   // Memory is taken only now that bytes are there, and only as much as arrived (SocketReader).
-  const size_t limit = settings_.flow_control ? static_cast<size_t>(std::max<int64_t>(credit_, 0))
-                                              : tunnel::kReadChunk;
+  const size_t limit = life_.read_limit(tunnel::kReadChunk);
   if (limit == 0) {  // cannot happen while the gate is open; stay safe anyway
+    life_.spend_credit(0);
     pause(PauseReason::NoCredit);
     read_next();
     return;
@@ -521,39 +504,35 @@ void EndpointConnection::read_ready(std::error_code wait_ec) {
     return;
   }
   const size_t n = buf.size();
-  bytes_up_.fetch_add(n, std::memory_order_relaxed);
-  if (quiet_) quiet_->touch();
-  int64_t in_stream = in_stream_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
-  if (settings_.flow_control) credit_ -= static_cast<int64_t>(n);
+  life_.count_out(n);
+  life_.touch();
+  const bool queue_full = life_.queued_to_peer(n);
+  const bool no_credit = life_.spend_credit(n);
   stats_->bytes_from_endpoints.fetch_add(n, std::memory_order_relaxed);
   if (!send_packet(tunnel::make_data(connect_id_, std::move(buf)), shared_from_this())) {
     close("server stream closing", CloseFlags::None);
     return;
   }
-  if (in_stream > static_cast<int64_t>(settings_.queue_high_watermark)) {
-    queue_paused_.store(true);
+  if (queue_full) {
     pause(PauseReason::QueueFull);
     resume_if_drained();  // the stream may have drained before the flag was set
   }
-  if (settings_.flow_control && credit_ <= 0) pause(PauseReason::NoCredit);
+  if (no_credit) pause(PauseReason::NoCredit);
   read_next();
 }
 
 void EndpointConnection::resume_if_drained() {
   if (!gate_.paused_for(PauseReason::QueueFull)) return;
-  if (in_stream_.load() <= static_cast<int64_t>(settings_.queue_high_watermark / 2)) {
-    queue_paused_.store(false);
-    resume(PauseReason::QueueFull);
-  }
+  if (life_.resume_if_drained()) resume(PauseReason::QueueFull);
 }
 
 void EndpointConnection::written_to_socket(size_t n, bool return_credit) {
-  if (quiet_) quiet_->touch();
-  bytes_down_.fetch_add(n, std::memory_order_relaxed);
+  life_.touch();
+  life_.count_in(n);
   stats_->bytes_to_endpoints.fetch_add(n, std::memory_order_relaxed);
-  if (!settings_.flow_control || !return_credit) return;
-  // The worker and a direct write may both get here; CreditReturn hands the batch to one.
-  int64_t bytes = credit_to_return_.written(n);
+  if (!return_credit) return;
+  // The worker and a direct write may both get here; the life hands the batch to one.
+  int64_t bytes = life_.consumed(n);
   if (bytes > 0 && send_packet(tunnel::make_window_update(connect_id_, bytes))) {
     stats_->window_updates_sent.fetch_add(1, std::memory_order_relaxed);
   }
@@ -572,7 +551,7 @@ void EndpointConnection::resume(PauseReason reason) {
 
 void EndpointConnection::enqueue_write(Packet&& data) {
   write_role_.arrived();
-  if (state_ == State::Closed || (state_ == State::Closing && !flushing_)) {
+  if (state() == State::Closed || (state() == State::Closing && !flushing_)) {
     pending_writes_.fetch_sub(static_cast<int64_t>(tunnel::data_size(data)),
                               std::memory_order_relaxed);
     return;
@@ -583,11 +562,11 @@ void EndpointConnection::enqueue_write(Packet&& data) {
 
 void EndpointConnection::write_next() {
   if (writing_) return;
-  if (state_ == State::Dialing || state_ == State::Closed) return;
+  if (state() == State::Dialing || state() == State::Closed) return;
   if (writes_.empty()) {
-    if (state_ == State::Closing) finish_close();
+    if (state() == State::Closing) finish_close();
     maybe_shutdown_write();
-    if (state_ == State::Established && !server_eof_) {
+    if (state() == State::Established && !life_.finished(Side::Peer)) {
       // Nothing queued or in flight: small packets may go straight to the socket (unless one
       // is still on its way here; this is called again once it is written).
       write_role_.open(socket_.native_handle());
@@ -617,10 +596,10 @@ void EndpointConnection::on_socket_written(std::error_code ec, size_t n) {
   }
   write_count_ = 0;
   pending_writes_.fetch_sub(static_cast<int64_t>(queued), std::memory_order_relaxed);
-  written_to_socket(n, state_ == State::Established);
-  if (state_ == State::Closed) return;
+  written_to_socket(n, state() == State::Established);
+  if (state() == State::Closed) return;
   if (ec) {
-    if (state_ == State::Closing) {
+    if (state() == State::Closing) {
       finish_close();
     } else {
       close("write error: " + ec.message(), CloseFlags::SendCloseResponse, ec.message());
@@ -632,13 +611,13 @@ void EndpointConnection::on_socket_written(std::error_code ec, size_t n) {
 
 void EndpointConnection::close(const std::string& reason, CloseFlags flags,
                                const std::string& error) {
-  if (state_ == State::Closing || state_ == State::Closed) return;
-  if (state_ == State::Dialing) {  // nothing to flush and no DIAL_RSP yet: just stop the dial
+  if (state() == State::Closing || state() == State::Closed) return;
+  if (state() == State::Dialing) {  // nothing to flush and no DIAL_RSP yet: just stop the dial
     stop_dial(reason, true);
     return;
   }
   write_role_.close();
-  close_reason_ = reason;
+  life_.replace_reason(reason);
   routine_close_ = has(flags, CloseFlags::Routine);
   set_state(State::Closing);
   stats_->open_endpoint_connections.fetch_sub(1, std::memory_order_relaxed);
@@ -657,8 +636,8 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
   }
   flush_timer_.expires_after(settings_.close_flush_timeout);
   flush_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
-    if (!ec && self->state_ != State::Closed) {
-      self->close_reason_ += " (flush timed out)";
+    if (!ec && self->state() != State::Closed) {
+      self->life_.append_reason(" (flush timed out)");
       self->routine_close_ = false;
       self->finish_close();
     }
@@ -667,7 +646,7 @@ void EndpointConnection::close(const std::string& reason, CloseFlags flags,
 }
 
 void EndpointConnection::finish_close() {
-  if (state_ == State::Closed) return;
+  if (state() == State::Closed) return;
   set_state(State::Closed);
   write_role_.close();  // before the descriptor can be closed and reused
   end_half_close();
@@ -685,9 +664,7 @@ void EndpointConnection::finish_close() {
     writes_.pop_back();
   }
   table_->remove(dial_id_, connect_id_, this);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                  started_)
-                .count();
+  const int64_t ms = life_.duration_ms();
   // An ordinary end of a forward tunnel is a debug line, as the server's are: at info it would be
   // a write(2) per dial and most of a busy agent's log. Errors, caps and cancelled dials stay at
   // info, and so does every node-to-control-plane tunnel (node.tunnel, far fewer).
@@ -695,13 +672,12 @@ void EndpointConnection::finish_close() {
       routine_close_ && !settings_.node_direction ? spdlog::level::debug : spdlog::level::info;
   if (logger().should_log(level)) {
     logger().log(level, "{}closed: {}; bytes endpoint->server={} server->endpoint={} duration={}ms",
-                 log_prefix(), close_reason_, bytes_up_.load(), bytes_down_.load(), ms);
+                 log_prefix(), life_.reason(), life_.bytes_out(), life_.bytes_in(), ms);
   }
 }
 
 void EndpointConnection::set_state(State s) {
-  KONN_CONN_LOG((&logger()), trace, *this, "state {} -> {}", to_string(state_), to_string(s));
-  state_ = s;
+  life_.to(s, logger(), [this]() -> const std::string& { return log_prefix(); });
 }
 
 }  // namespace konn::core::endpoint

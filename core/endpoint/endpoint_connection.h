@@ -20,10 +20,9 @@
 #include "core/net/destination_policy.h"
 #include "core/relay/read_gate.h"
 #include "core/relay/write_role.h"
-#include "core/tunnel/credit.h"
 #include "core/tunnel/packet_stream.h"
-#include "core/tunnel/quiet_timer.h"
 #include "core/tunnel/socket_reader.h"
+#include "core/tunnel/tunnel_life.h"
 
 namespace konn::core::endpoint {
 
@@ -75,15 +74,16 @@ struct EndpointSettings {
 // connection opens its WriteRole: the stream's thread then writes a small packet to the socket
 // itself (no post, no wake-up of the worker), and anything that does not go out whole is posted as
 // before.
+//
+// The tunnel's policy (state, watermark towards the server, credit both ways, write cap,
+// half-close bound, close summary) is its TunnelLife; this class keeps the socket's I/O.
 class EndpointConnection : public core::tunnel::WriteListener,
                            public std::enable_shared_from_this<EndpointConnection> {
  public:
-  enum class State {
-    Dialing,      // connect in progress; no DIAL_RSP sent yet
-    Established,  // DIAL_RSP sent, bytes flow both ways
-    Closing,      // no more reads; queued writes are being flushed (bounded by a deadline)
-    Closed,       // socket closed and the connection left its table (final)
-  };
+  // Dialing (connect in progress; no DIAL_RSP sent yet) -> Established (DIAL_RSP sent, bytes
+  // flow both ways) -> Closing (no more reads; queued writes are being flushed, bounded by a
+  // deadline) -> Closed (socket closed and the connection left its table). Never Idle.
+  using State = core::tunnel::TunnelLife::State;
 
   // What the agent's status page shows of this connection. Any thread (a short lock and atomics).
   struct Status {
@@ -160,7 +160,8 @@ class EndpointConnection : public core::tunnel::WriteListener,
   // Queues `p` on the stream, as its KONN_NODE_* twin for a node-to-control-plane tunnel.
   bool send_packet(Packet&& p, std::shared_ptr<core::tunnel::WriteListener> listener = nullptr);
   std::string make_prefix() const;
-  void arm_half_close_bound();
+  // The tunnel's policy and its half-close bound; from start() or start_accepted().
+  void configure_life();
   // Ends a dial that has not been answered: the dialled side stops its connect; the dialling
   // side (accepted) tells the peer with KONN_NODE_DIAL_CLS when `tell_peer` and closes.
   void stop_dial(const std::string& reason, bool tell_peer);
@@ -190,13 +191,14 @@ class EndpointConnection : public core::tunnel::WriteListener,
   void close(const std::string& reason, CloseFlags flags, const std::string& error = {});
   void finish_close();
   void set_state(State s);
+  State state() const { return life_.state(); }
   // Half-close: the endpoint reached EOF (sent KONN_CLOSE_WRITE), or the server did (our write
   // side is shut down once the queue is empty). Both: the connection closes with CLOSE_RSP.
   void endpoint_eof();
   void maybe_shutdown_write();
   // The first side to finish starts --half-close-timeout and counts the connection in
   // half_closed_endpoint_connections until it closes.
-  void one_side_finished();
+  void one_side_finished(core::tunnel::TunnelLife::Side side);
   // Closing: the bound stops and the connection leaves half_closed_endpoint_connections (once;
   // from close(), finish_close() or the destructor, whichever comes first).
   void end_half_close();
@@ -216,7 +218,10 @@ class EndpointConnection : public core::tunnel::WriteListener,
   std::string prefix_;                 // rebuilt once with connect_id_
   std::atomic<bool> accepted_{false};  // start_accepted(): we dial through the peer
 
-  State state_ = State::Dialing;
+  // State, the watermark and credit counters, the half-close bound (touched from any thread
+  // whenever bytes move), the close reason and the byte counts (atomic: status() reads them).
+  // Its policy is set in start() or start_accepted(), before any DATA can arrive.
+  core::tunnel::TunnelLife life_{State::Dialing};
   asio::ip::tcp::socket socket_;
   core::tunnel::SocketReader reader_;  // the read loop's (ctx_ only)
   asio::steady_timer cancel_timer_;    // ends a dial: DIAL_CLS, or connect()'s deadline
@@ -226,37 +231,20 @@ class EndpointConnection : public core::tunnel::WriteListener,
   bool dial_timed_out_ = false;  // connect(): the deadline passed first
   bool reset_ = false;           // node direction, stream gone: the socket is closed with a reset
   core::relay::ReadGate gate_;
-  int64_t credit_ = 0;         // flow control: bytes we may still send
   std::deque<Packet> writes_;  // DATA from the server; the first write_count_ are being written
   std::vector<asio::const_buffer> write_buffers_;
   size_t write_count_ = 0;
   bool writing_ = false;
   bool flushing_ = false;
-  bool endpoint_eof_ = false;  // half-close: the endpoint sent EOF, KONN_CLOSE_WRITE sent
-  bool server_eof_ = false;    // half-close: the server sent KONN_CLOSE_WRITE
-  bool write_shut_ = false;    // half-close: our write side of the socket is shut down
-  bool half_counted_ = false;  // counted in half_closed_endpoint_connections
-  // Half-close bound: only on connections dialled with half-close; touched (any thread) whenever
-  // bytes move. Set in start(), before any DATA can arrive, then never changed.
-  std::unique_ptr<core::tunnel::QuietTimer> quiet_;
-  std::string close_reason_;
-  bool routine_close_ = false;         // CloseFlags::Routine was given
-  std::atomic<uint64_t> bytes_up_{0};  // endpoint -> server (atomic: status() reads it)
+  bool write_shut_ = false;     // half-close: our write side of the socket is shut down
+  bool routine_close_ = false;  // CloseFlags::Routine was given
   mutable std::mutex status_mu_;
   std::string destination_;  // under status_mu_: set by start() or start_accepted()
-  std::chrono::steady_clock::time_point started_;
 
   // Shared with the stream's thread (deliver, on_written).
   core::relay::WriteRole write_role_;
   std::atomic<int64_t> pending_writes_{0};  // bytes posted but not yet written to the socket
   std::atomic<bool> overflowed_{false};
-  std::atomic<int64_t> in_stream_{0};  // our DATA bytes still in the stream's queue
-  // The read loop paused for in_stream_: only then does on_written() wake the worker.
-  std::atomic<bool> queue_paused_{false};
-  core::tunnel::CreditReturn credit_to_return_;  // written to the endpoint, not yet given back
-  std::atomic<uint64_t> bytes_down_{0};          // server -> endpoint
 };
-
-const char* to_string(EndpointConnection::State s);
 
 }  // namespace konn::core::endpoint
