@@ -17,22 +17,7 @@ using core::tunnel::make_close_response;
 using core::tunnel::make_close_write;
 using core::tunnel::make_dial_response;
 using core::tunnel::make_window_update;
-
-const char* GrpcFrontend::to_string(State s) {
-  switch (s) {
-    case State::Idle:
-      return "Idle";
-    case State::Dialing:
-      return "Dialing";
-    case State::Established:
-      return "Established";
-    case State::Closing:
-      return "Closing";
-    case State::Closed:
-      return "Closed";
-  }
-  return "?";
-}
+using core::tunnel::to_string;
 
 namespace {
 // Looked up once: the registry's lookup takes two locks, too much for every tunnel.
@@ -80,19 +65,27 @@ std::shared_ptr<GrpcFrontend> GrpcFrontend::self_ptr() {
 
 TunnelStatus GrpcFrontend::status() const {
   std::lock_guard lock(mu_);
-  return {"grpc", address_, started_, bytes_from_client_.load(), bytes_to_client_.load(),
-          half_counted_};
+  return {
+      "grpc", address_, life_.started(), life_.bytes_out(), life_.bytes_in(), life_.half_counted()};
 }
 
 std::string GrpcFrontend::log_prefix() const {
   std::lock_guard lock(mu_);
+  return prefix_locked();
+}
+
+std::string GrpcFrontend::prefix_locked() const {
   return "[C" + std::to_string(connect_id_) + " D" + std::to_string(random_) + " A" + agent_id_ +
          "] ";
 }
 
+void GrpcFrontend::set_state_locked(State s) {
+  life_.to(s, *log_, [this] { return prefix_locked(); });
+}
+
 void GrpcFrontend::set_reason(const std::string& reason) {
   std::lock_guard lock(mu_);
-  if (close_reason_.empty()) close_reason_ = reason;
+  life_.set_reason(reason);
 }
 
 void GrpcFrontend::on_queued(const Packet& p) {
@@ -128,12 +121,12 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
   int64_t random = req.random();
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Idle) {
+    if (state_locked() != State::Idle) {
       KONN_LOG(log_, warn, "[D{}] second DIAL_REQ on one frontend stream ignored (state {})",
-               random, to_string(state_));
+               random, to_string(state_locked()));
       return;
     }
-    state_ = State::Dialing;
+    set_state_locked(State::Dialing);
     random_ = random;
     address_ = req.address();
     dial_started_ = std::chrono::steady_clock::now();
@@ -158,17 +151,23 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
     std::lock_guard lock(mu_);
     backend_ = backend;
     agent_id_ = backend->agent_id();
-    flow_control_ = backend->flow_control();
-    if (!flow_control_) backlog_.bind(backend, self_ptr());
-    to_agent_credit_ = core::tunnel::kTunnelWindow;
+    const bool flow = backend->flow_control();
+    if (!flow) backlog_.bind(backend, self_ptr());
     // Half-close passes through only when both ends understand it.
     half_close_ = req.konnhalfclose() && backend->half_close();
-    if (half_close_ || router_.options().tunnel_idle_timeout.count() > 0) {
-      std::weak_ptr<GrpcFrontend> weak = self_ptr();
-      quiet_ = std::make_unique<core::tunnel::QuietTimer>(router_.timers().get_executor(), [weak] {
-        if (auto self = weak.lock()) self->on_quiet();
-      });
-    }
+    const auto& options = router_.options();
+    core::tunnel::TunnelPolicy policy;
+    policy.to_peer_high = kToAgentHigh;
+    policy.to_peer_low = kToAgentLow;
+    policy.flow_control = flow;
+    policy.queue_cap = flow ? 0 : options.tunnel_queue_cap_bytes();
+    policy.half_close = half_close_;
+    policy.idle_timeout = options.tunnel_idle_timeout;
+    policy.half_close_timeout = options.half_close_timeout;
+    std::weak_ptr<GrpcFrontend> weak = self_ptr();
+    life_.configure(policy, router_.timers().get_executor(), [weak] {
+      if (auto self = weak.lock()) self->on_quiet();
+    });
   }
   p.mutable_dialrequest()->set_konnhalfclose(half_close_);
   KONN_CONN_LOG(log_, debug, *this, "dialing {} through agent {}", req.address(),
@@ -184,8 +183,8 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
 void GrpcFrontend::fail_dial(int64_t random, const std::string& error) {
   {
     std::lock_guard lock(mu_);
-    state_ = State::Closed;
-    if (close_reason_.empty()) close_reason_ = "dial failed: " + error;
+    set_state_locked(State::Closed);
+    life_.set_reason("dial failed: " + error);
     cancel_timer();
   }
   KONN_CONN_LOG(log_, info, *this, "dial to {} failed: {}", address_, error);
@@ -198,22 +197,19 @@ bool GrpcFrontend::deliver_dial_response(Packet&& p) {
   bool failed = !rsp.error().empty();
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Dialing || rsp.random() != random_) return false;
+    if (state_locked() != State::Dialing || rsp.random() != random_) return false;
     cancel_timer();
     if (failed) {
-      state_ = State::Closed;
-      close_reason_ = "dial failed: " + rsp.error();
+      set_state_locked(State::Closed);
+      life_.replace_reason("dial failed: " + rsp.error());
     } else {
-      state_ = State::Established;
+      set_state_locked(State::Established);
       connect_id_ = rsp.connectid();
       established_at_ = std::chrono::steady_clock::now();
       counted_established_ = true;
       router_.metrics().dial_duration.Observe(
           std::chrono::duration<double>(established_at_ - dial_started_).count());
       router_.metrics().established.Increment();
-      if (quiet_ && router_.options().tunnel_idle_timeout.count() > 0) {
-        quiet_->set_limit(router_.options().tunnel_idle_timeout);
-      }
     }
   }
   if (failed) {
@@ -232,32 +228,24 @@ void GrpcFrontend::on_client_data(Packet&& p) {
   auto bytes = static_cast<int64_t>(p.data().data().size());
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Established || p.data().connectid() != connect_id_) {
+    if (state_locked() != State::Established || p.data().connectid() != connect_id_) {
       KONN_LOG(log_, debug, "[C{} D{}] DATA from frontend dropped (state {}, tunnel C{})",
-               p.data().connectid(), random_, to_string(state_), connect_id_);
+               p.data().connectid(), random_, to_string(state_locked()), connect_id_);
       return;
     }
     backend = backend_;
-    if (quiet_) quiet_->touch();
-    to_agent_queued_ += bytes;
+    life_.touch();
     // Pausing is idempotent and never starts a read, so it is safe under mu_; resuming is not.
-    if (to_agent_queued_ > kToAgentHigh) {
-      if (!paused_queue_)
-        router_.metrics().reads_paused_total.Add({{"reason", "queue_full"}}).Increment();
-      paused_queue_ = true;
+    if (life_.queued_to_peer(static_cast<size_t>(bytes))) {
+      router_.metrics().reads_paused_total.Add({{"reason", "queue_full"}}).Increment();
       pause_reading(PauseReason::QueueFull);
     }
-    if (flow_control_) {
-      to_agent_credit_ -= bytes;
-      if (to_agent_credit_ <= 0) {
-        if (!paused_credit_)
-          router_.metrics().reads_paused_total.Add({{"reason", "no_credit"}}).Increment();
-        paused_credit_ = true;
-        pause_reading(PauseReason::NoCredit);
-      }
+    if (life_.spend_credit(static_cast<size_t>(bytes))) {
+      router_.metrics().reads_paused_total.Add({{"reason", "no_credit"}}).Increment();
+      pause_reading(PauseReason::NoCredit);
     }
   }
-  bytes_from_client_ += static_cast<uint64_t>(bytes);
+  life_.count_out(static_cast<size_t>(bytes));
   router_.metrics().bytes_to_agent.Increment(static_cast<double>(bytes));
   // The aliasing shared_ptr keeps this frontend alive while its bytes sit in the backend queue.
   std::shared_ptr<core::tunnel::WriteListener> listener(self_ptr(), &to_agent_listener_);
@@ -268,14 +256,14 @@ void GrpcFrontend::on_client_close_write(const Packet& p) {
   std::shared_ptr<Backend> backend;
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Established || !half_close_ || p.closewrite().connectid() != connect_id_) {
+    if (state_locked() != State::Established || !half_close_ ||
+        p.closewrite().connectid() != connect_id_) {
       KONN_LOG(log_, debug, "[C{} D{}] KONN_CLOSE_WRITE from frontend ignored (state {})",
-               p.closewrite().connectid(), random_, to_string(state_));
+               p.closewrite().connectid(), random_, to_string(state_locked()));
       return;
     }
     backend = backend_;
-    client_done_ = true;
-    one_side_finished_locked();
+    one_side_finished_locked(Side::Local);
   }
   // Queued behind the client's DATA, so the agent writes those first.
   backend->send(make_close_write(p.closewrite().connectid()));
@@ -284,18 +272,15 @@ void GrpcFrontend::on_client_close_write(const Packet& p) {
 void GrpcFrontend::deliver_close_write(Packet&& p) {
   {
     std::lock_guard lock(mu_);
-    if (!half_close_ || (state_ != State::Established && state_ != State::Closing)) return;
-    agent_done_ = true;
-    one_side_finished_locked();
+    if (!half_close_ || (state_locked() != State::Established && state_locked() != State::Closing))
+      return;
+    one_side_finished_locked(Side::Peer);
   }
   send(std::move(p));
 }
 
-void GrpcFrontend::one_side_finished_locked() {
-  if (half_counted_ || state_ != State::Established) return;
-  half_counted_ = true;
-  router_.metrics().half_closed.Increment();
-  if (quiet_) quiet_->set_limit(router_.options().quiet_limit(true));
+void GrpcFrontend::one_side_finished_locked(Side side) {
+  if (life_.one_side_finished(side)) router_.metrics().half_closed.Increment();
 }
 
 void GrpcFrontend::on_quiet() {
@@ -304,12 +289,12 @@ void GrpcFrontend::on_quiet() {
   std::string reason;
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Established) return;
-    state_ = State::Closed;
-    bool half = client_done_ || agent_done_;
+    if (state_locked() != State::Established) return;
+    set_state_locked(State::Closed);
+    bool half = life_.half_closed();
     router_.metrics().tunnel_timeout(half ? "half_close" : "idle");
     reason = router_.options().quiet_reason(half);
-    if (close_reason_.empty()) close_reason_ = reason;
+    life_.set_reason(reason);
     backend = backend_;
     id = connect_id_;
   }
@@ -325,11 +310,8 @@ void GrpcFrontend::on_sent_to_agent(size_t bytes) {
   bool resume = false;
   {
     std::lock_guard lock(mu_);
-    to_agent_queued_ -= static_cast<int64_t>(bytes);
-    if (paused_queue_ && to_agent_queued_ <= kToAgentLow) {
-      paused_queue_ = false;
-      resume = true;
-    }
+    life_.left_for_peer(bytes);
+    resume = life_.resume_if_drained();
   }
   if (resume) resume_reading(PauseReason::QueueFull);
 }
@@ -338,11 +320,7 @@ void GrpcFrontend::deliver_window_update(int64_t bytes) {
   bool resume = false;
   {
     std::lock_guard lock(mu_);
-    to_agent_credit_ += bytes;
-    if (paused_credit_ && to_agent_credit_ > 0) {
-      paused_credit_ = false;
-      resume = true;
-    }
+    resume = life_.add_credit(bytes);
   }
   if (resume) resume_reading(PauseReason::NoCredit);
 }
@@ -351,12 +329,12 @@ void GrpcFrontend::deliver_data(Packet&& p) {
   bool flow = false;
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Established && state_ != State::Closing) return;
-    flow = flow_control_;
-    if (quiet_) quiet_->touch();
+    if (!life_.open()) return;
+    flow = life_.policy().flow_control;
+    life_.touch();
   }
   size_t bytes = p.data().data().size();
-  if (!flow && queued_bytes() + bytes > router_.options().tunnel_queue_cap_bytes()) {
+  if (life_.over_cap(queued_bytes() + bytes)) {
     KONN_CONN_LOG(log_, warn, *this,
                   "closing tunnel: the client stopped reading and {} bytes wait (cap {}); other "
                   "tunnels of the agent are unaffected",
@@ -365,7 +343,7 @@ void GrpcFrontend::deliver_data(Packet&& p) {
     return;
   }
   if (!flow) backlog_.added(bytes);
-  bytes_to_client_ += bytes;
+  life_.count_in(bytes);
   router_.metrics().bytes_to_client.Increment(static_cast<double>(bytes));
   std::shared_ptr<core::tunnel::WriteListener> listener(self_ptr(), &to_client_listener_);
   send(std::move(p), std::move(listener));
@@ -377,11 +355,11 @@ void GrpcFrontend::on_sent_to_client(size_t bytes) {
   int64_t id = 0;
   {
     std::lock_guard lock(mu_);
-    if (!flow_control_) {
+    if (!life_.policy().flow_control) {
       backlog_.taken(bytes);
       return;
     }
-    credit = credit_to_return_.written(bytes);
+    credit = life_.consumed(bytes);
     if (credit == 0) return;
     backend = backend_;
     id = connect_id_;
@@ -394,14 +372,14 @@ void GrpcFrontend::close_unread(const std::string& reason) {
   int64_t id = 0;
   {
     std::lock_guard lock(mu_);
-    if (state_ == State::Established || state_ == State::Closing) {
+    if (life_.open()) {
       backend = backend_;
       id = connect_id_;
     }
     // Closed already (the agent closed it) but its last bytes still wait for the client: the
     // stream is aborted all the same.
-    state_ = State::Closed;
-    close_reason_ = reason;
+    set_state_locked(State::Closed);
+    life_.replace_reason(reason);
   }
   router_.metrics().tunnels_over_cap_total.Add({}).Increment();
   if (backend) {
@@ -424,12 +402,12 @@ void GrpcFrontend::on_close_request(const Packet& p) {
   State state;
   {
     std::lock_guard lock(mu_);
-    state = state_;
+    state = state_locked();
     backend = backend_;
     id = connect_id_;
-    if (state_ == State::Established) {
-      state_ = State::Closing;
-      if (close_reason_.empty()) close_reason_ = "closed by frontend";
+    if (state_locked() == State::Established) {
+      set_state_locked(State::Closing);
+      life_.set_reason("closed by frontend");
     }
   }
   if (state == State::Established) {
@@ -450,9 +428,9 @@ void GrpcFrontend::on_dial_close(const Packet& p) {
   std::string address;
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Dialing || p.closedial().random() != random_) return;
-    state_ = State::Closed;
-    close_reason_ = "dial cancelled by frontend";
+    if (state_locked() != State::Dialing || p.closedial().random() != random_) return;
+    set_state_locked(State::Closed);
+    life_.replace_reason("dial cancelled by frontend");
     cancel_timer();
     backend = backend_;
     random = random_;
@@ -469,12 +447,10 @@ void GrpcFrontend::on_dial_close(const Packet& p) {
 void GrpcFrontend::deliver_close(Packet&& p) {
   {
     std::lock_guard lock(mu_);
-    if (state_ == State::Closed) return;
-    state_ = State::Closed;
+    if (state_locked() == State::Closed) return;
+    set_state_locked(State::Closed);
     cancel_timer();
-    if (close_reason_.empty()) {
-      close_reason_ = p.type() == DIAL_CLS ? "dial closed by agent" : "closed by agent";
-    }
+    life_.set_reason(p.type() == DIAL_CLS ? "dial closed by agent" : "closed by agent");
   }
   // CLOSE_RSP and the status in one write.
   with_writes_held([&] {
@@ -489,12 +465,12 @@ void GrpcFrontend::backend_gone() {
   int64_t id = 0;
   {
     std::lock_guard lock(mu_);
-    prev = state_;
-    state_ = State::Closed;
+    prev = state_locked();
+    set_state_locked(State::Closed);
     cancel_timer();
     random = random_;
     id = connect_id_;
-    if (close_reason_.empty()) close_reason_ = "agent disconnected";
+    life_.set_reason("agent disconnected");
   }
   if (prev == State::Dialing) {
     send(make_dial_response(random, 0, "agent disconnected before answering the dial"));
@@ -514,19 +490,19 @@ void GrpcFrontend::on_read_end() {
   std::string address;
   {
     std::lock_guard lock(mu_);
-    prev = state_;
+    prev = state_locked();
     backend = backend_;
     random = random_;
     address = address_;
     id = connect_id_;
-    if (state_ == State::Established) {
+    if (state_locked() == State::Established) {
       // Ask the agent to close and forward its CLOSE_RSP if the client still listens.
-      state_ = State::Closing;
-    } else if (state_ != State::Closing) {
-      state_ = State::Closed;
+      set_state_locked(State::Closing);
+    } else if (state_locked() != State::Closing) {
+      set_state_locked(State::Closed);
       cancel_timer();
     }
-    if (close_reason_.empty()) close_reason_ = "frontend stream ended";
+    life_.set_reason("frontend stream ended");
   }
   switch (prev) {
     case State::Dialing:
@@ -569,7 +545,7 @@ void GrpcFrontend::on_dial_timeout() {
   std::string address;
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Dialing) return;
+    if (state_locked() != State::Dialing) return;
     random = random_;
     backend = backend_;
     address = address_;
@@ -583,9 +559,9 @@ void GrpcFrontend::on_dial_timeout() {
 void GrpcFrontend::on_dial_request_timeout() {
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Idle) return;
-    state_ = State::Closed;
-    close_reason_ = "no DIAL_REQ in time";
+    if (state_locked() != State::Idle) return;
+    set_state_locked(State::Closed);
+    life_.replace_reason("no DIAL_REQ in time");
   }
   router_.metrics().limit_hit("dial_request_timeout");
   KONN_LOG(log_, info,
@@ -602,11 +578,11 @@ void GrpcFrontend::on_close_timeout() {
   int64_t id = 0;
   {
     std::lock_guard lock(mu_);
-    if (state_ != State::Closing) return;
-    state_ = State::Closed;
+    if (state_locked() != State::Closing) return;
+    set_state_locked(State::Closed);
     backend = backend_;
     id = connect_id_;
-    close_reason_ += " (agent did not answer CLOSE_REQ)";
+    life_.append_reason(" (agent did not answer CLOSE_REQ)");
   }
   backend->forget_connection(id);
   send(make_close_response(id, "agent did not answer the close request"));
@@ -626,9 +602,7 @@ void GrpcFrontend::OnDone() {
   {
     std::lock_guard lock(mu_);
     cancel_timer();
-    if (quiet_) quiet_->stop();
-    if (half_counted_) router_.metrics().half_closed.Decrement();
-    half_counted_ = false;
+    if (life_.end_half_close()) router_.metrics().half_closed.Decrement();
     if (counted_established_) {
       router_.metrics().established.Decrement();
       router_.metrics().connection_duration.Observe(
@@ -636,13 +610,10 @@ void GrpcFrontend::OnDone() {
               .count());
     }
   }
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                  started_)
-                .count();
   KONN_CONN_LOG(log_, debug, *this,
                 "tunnel closed: {} address={} from_client={}B to_client={}B "
                 "duration={}ms",
-                close_reason_, address_, bytes_from_client_.load(), bytes_to_client_.load(), ms);
+                life_.reason(), address_, life_.bytes_out(), life_.bytes_in(), life_.duration_ms());
   auto keep = std::move(self_);  // destroyed last, possibly with this
 }
 

@@ -9,10 +9,9 @@
 #include <spdlog/logger.h>
 
 #include "core/h2/listener.h"
-#include "core/tunnel/credit.h"
 #include "core/tunnel/deadlines.h"
 #include "core/tunnel/h2_server_stream.h"
-#include "core/tunnel/quiet_timer.h"
+#include "core/tunnel/tunnel_life.h"
 #include "konnectivity/client.pb.h"
 #include "proxy-server/tunnel/client_backlog.h"
 #include "proxy-server/tunnel/frontend.h"
@@ -45,6 +44,10 @@ class Router;
 //
 // Lifetime: as Backend (shared_ptr to self until OnDone). `mu_` guards the tunnel state; it is
 // never held while calling send()/close() or into the backend.
+//
+// The tunnel's policy (state, watermark towards the agent, credit both ways, queue cap, quiet
+// timer, half-close, close summary) is its TunnelLife, used under `mu_`; this class keeps the
+// stream's I/O and the server's metrics.
 class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
  public:
   // Serves one Proxy call (from the frontend listener's CallHandler, on the connection's thread,
@@ -65,14 +68,11 @@ class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
   std::string log_prefix() const override;
 
  private:
-  enum class State {
-    Idle,         // no DIAL_REQ yet
-    Dialing,      // DIAL_REQ sent to an agent, waiting for DIAL_RSP
-    Established,  // connectID known; DATA flows
-    Closing,      // CLOSE_REQ sent to the agent, waiting for CLOSE_RSP
-    Closed,       // done; packets are dropped
-  };
-  static const char* to_string(State s);
+  // Idle (no DIAL_REQ yet) -> Dialing (DIAL_REQ sent to an agent, waiting for DIAL_RSP) ->
+  // Established (connectID known; DATA flows) -> Closing (CLOSE_REQ sent to the agent, waiting
+  // for CLOSE_RSP) -> Closed (done; packets are dropped).
+  using State = core::tunnel::TunnelLife::State;
+  using Side = core::tunnel::TunnelLife::Side;
 
   // Bytes this tunnel put into the backend's queue have been written: maybe resume reading.
   struct ToAgentListener : core::tunnel::WriteListener {
@@ -116,7 +116,11 @@ class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
   void on_close_timeout();
   // One side finished sending (KONN_CLOSE_WRITE either way): the half-close bound starts and the
   // tunnel counts in half_closed_tunnels. Call with mu_ held.
-  void one_side_finished_locked();
+  void one_side_finished_locked(Side side);
+  // The tunnel's one transition (logged by the life). Call with mu_ held.
+  void set_state_locked(State s);
+  State state_locked() const { return life_.state(); }
+  std::string prefix_locked() const;  // log_prefix() with mu_ held
   // --half-close-timeout or --tunnel-idle-timeout passed without traffic: close the tunnel.
   void on_quiet();
   std::shared_ptr<GrpcFrontend> self_ptr();
@@ -128,38 +132,24 @@ class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
   std::shared_ptr<GrpcFrontend> self_;
   ToAgentListener to_agent_listener_;
   ToClientListener to_client_listener_;
-  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  std::atomic<uint64_t> bytes_from_client_{0};
-  std::atomic<uint64_t> bytes_to_client_{0};
   bool has_slot_ = false;  // took a --max-frontend-streams slot (set in start, read in OnDone)
 
   mutable std::mutex mu_;
-  State state_ = State::Idle;
+  // Under mu_, but for its atomic counters (bytes: out = from the client, in = to the client).
+  // Its policy is set with the dial.
+  core::tunnel::TunnelLife life_;
   int64_t random_ = 0;
   int64_t connect_id_ = 0;
   std::string address_;
   std::shared_ptr<Backend> backend_;
   std::string agent_id_;
-  bool flow_control_ = false;
-  bool half_close_ = false;      // the client asked for konnHalfClose and the agent supports it
-  int64_t to_agent_queued_ = 0;  // our DATA bytes waiting in the backend's queue
-  int64_t to_agent_credit_ = 0;  // bytes the agent still accepts (flow control)
-  core::tunnel::CreditReturn credit_to_return_;  // written to the client, not yet given back
-  ClientBacklog backlog_;  // without flow control: the agent's bytes waiting for the client
-  bool paused_queue_ = false;
-  bool paused_credit_ = false;
-  std::string close_reason_;
+  bool half_close_ = false;  // the client asked for konnHalfClose and the agent supports it
+  ClientBacklog backlog_;    // without flow control: the agent's bytes waiting for the client
   std::chrono::steady_clock::time_point dial_started_;
   std::chrono::steady_clock::time_point established_at_;
   bool counted_established_ = false;
   // The pending wait (DIAL_REQ, DIAL_RSP or CLOSE_RSP) on router_.deadlines(); 0: none.
   core::tunnel::Deadlines::Id timer_ = 0;
-  // Half-close and idle bounds; created with the dial on tunnels that may half-close or when
-  // --tunnel-idle-timeout is set. Touched under mu_ whenever DATA passes.
-  std::unique_ptr<core::tunnel::QuietTimer> quiet_;
-  bool client_done_ = false;   // half-close: the client sent KONN_CLOSE_WRITE
-  bool agent_done_ = false;    // half-close: the agent sent KONN_CLOSE_WRITE
-  bool half_counted_ = false;  // counted in half_closed_tunnels (until OnDone)
 };
 
 }  // namespace konn::server
