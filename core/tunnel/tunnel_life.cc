@@ -44,6 +44,7 @@ void TunnelLife::configure(const TunnelPolicy& policy, const asio::any_io_execut
 TunnelLife::State TunnelLife::enter(State next) {
   const State prev = state_;
   state_ = next;
+  if (next == State::Established) ever_established_ = true;
   if (next == State::Established && quiet_ && policy_.idle_timeout.count() > 0) {
     quiet_->set_limit(policy_.idle_timeout);
   }
@@ -96,7 +97,7 @@ int64_t TunnelLife::consumed(size_t n) {
 }
 
 bool TunnelLife::one_side_finished(Side side) {
-  (side == Side::Local ? local_done_ : peer_done_) = true;
+  finished_sending(side);
   if (half_counted_.load() || state_ != State::Established) return false;
   half_counted_.store(true);
   if (quiet_) quiet_->set_limit(policy_.quiet_limit(true));

@@ -97,6 +97,8 @@ class TunnelLife {
   bool is(State s) const { return state_ == s; }
   // Established or Closing: the tunnel has a connectID and the peer may still send.
   bool open() const { return state_ == State::Established || state_ == State::Closing; }
+  // The tunnel reached Established at some point (it counts in the established gauges).
+  bool ever_established() const { return ever_established_; }
 
   // --- To-peer watermarks (any thread) ---
   // `n` of our bytes were queued towards the peer. True when this crossed the high watermark
@@ -113,8 +115,9 @@ class TunnelLife {
   bool over_high_watermark() const { return to_peer_.load() > policy_.to_peer_high; }
 
   // --- Credit out: what the peer lets us send ---
-  // spend_credit() and add_credit() decide a pause between them: call both on the owner's thread
-  // or under its lock (credit() may be read anywhere).
+  // The window is an atomic. What spend_credit() and add_credit() return decides a pause only
+  // when both run on the owner's thread or under its lock; an owner that re-checks
+  // out_of_credit() after arming its wait (the CONNECT reader) may add from any thread.
   // `n` bytes were sent. True when the window is used up now and reading was not paused for it
   // yet: the caller pauses (and counts one pause). Without flow control: never.
   bool spend_credit(size_t n);
@@ -145,6 +148,8 @@ class TunnelLife {
   // `side` finished sending. True the first time a side finishes while Established: the caller
   // counts the tunnel in its half-closed gauge; the quiet timer moves to the half-close limit.
   bool one_side_finished(Side side);
+  // Records that `side` finished, without the half-close bound or count (the tunnel closes now).
+  void finished_sending(Side side) { (side == Side::Local ? local_done_ : peer_done_) = true; }
   bool finished(Side side) const { return side == Side::Local ? local_done_ : peer_done_; }
   bool half_closed() const { return local_done_ || peer_done_; }
   // Counted in the half-closed gauge (any thread: status pages read it).
@@ -177,6 +182,7 @@ class TunnelLife {
 
   TunnelPolicy policy_;
   State state_;
+  bool ever_established_ = false;
   std::unique_ptr<QuietTimer> quiet_;
   bool local_done_ = false;
   bool peer_done_ = false;

@@ -42,6 +42,13 @@ struct Fixture {
   }
 };
 
+TunnelPolicy half_closing(std::chrono::milliseconds limit) {
+  TunnelPolicy p;
+  p.half_close = true;
+  p.half_close_timeout = limit;
+  return p;
+}
+
 TunnelPolicy watermarks(int64_t high) {
   TunnelPolicy p;
   p.to_peer_high = high;
@@ -56,12 +63,14 @@ TEST_CASE("a tunnel life logs each transition once and stays Closed", "[tunnel][
   CHECK(f.life.state() == State::Idle);
   CHECK(TunnelLife(State::Dialing).state() == State::Dialing);
   CHECK(f.to(State::Dialing) == State::Idle);
+  CHECK_FALSE(f.life.ever_established());
   CHECK(f.to(State::Established) == State::Dialing);
   CHECK(f.life.open());
   CHECK(f.to(State::Established) == State::Established);  // no transition, no line
   CHECK(f.to(State::Closing) == State::Established);
   CHECK(f.to(State::Closed) == State::Closing);
   CHECK_FALSE(f.life.open());
+  CHECK(f.life.ever_established());
   CHECK(f.to(State::Established) == State::Closed);  // final
   CHECK(f.life.state() == State::Closed);
   f.log->flush();
@@ -186,10 +195,7 @@ TEST_CASE("an established tunnel with an idle limit is closed once quiet, not wh
 TEST_CASE("the first side to finish counts once and starts the half-close bound",
           "[tunnel][life]") {
   Fixture f;
-  TunnelPolicy p;
-  p.half_close = true;
-  p.half_close_timeout = 100ms;
-  f.configure(p);
+  f.configure(half_closing(100ms));
   f.to(State::Dialing);
   CHECK_FALSE(f.life.one_side_finished(Side::Local));  // not established: not counted
   f.to(State::Established);
@@ -223,15 +229,25 @@ TEST_CASE("the half-close bound is the idle limit when that is shorter", "[tunne
 
 TEST_CASE("a tunnel that ended does not fire its quiet timer", "[tunnel][life]") {
   Fixture f;
-  TunnelPolicy p;
-  p.half_close = true;
-  p.half_close_timeout = 100ms;
-  f.configure(p);
+  f.configure(half_closing(100ms));
   f.to(State::Established);
   CHECK(f.life.one_side_finished(Side::Local));
   CHECK(f.life.end_half_close());
   f.run_for(300ms);
   CHECK(f.quiet == 0);
+}
+
+TEST_CASE("a side that finishes as the tunnel closes is recorded, not counted", "[tunnel][life]") {
+  Fixture f;
+  f.configure(half_closing(100ms));
+  f.to(State::Established);
+  f.life.finished_sending(Side::Peer);
+  CHECK(f.life.finished(Side::Peer));
+  CHECK_FALSE(f.life.finished(Side::Local));
+  CHECK_FALSE(f.life.half_counted());
+  f.run_for(300ms);
+  CHECK(f.quiet == 0);  // no half-close bound started
+  CHECK_FALSE(f.life.end_half_close());
 }
 
 TEST_CASE("the close summary keeps the first reason and counts bytes both ways", "[tunnel][life]") {

@@ -155,19 +155,11 @@ void GrpcFrontend::on_dial_request(Packet&& p) {
     if (!flow) backlog_.bind(backend, self_ptr());
     // Half-close passes through only when both ends understand it.
     half_close_ = req.konnhalfclose() && backend->half_close();
-    const auto& options = router_.options();
-    core::tunnel::TunnelPolicy policy;
-    policy.to_peer_high = kToAgentHigh;
-    policy.to_peer_low = kToAgentLow;
-    policy.flow_control = flow;
-    policy.queue_cap = flow ? 0 : options.tunnel_queue_cap_bytes();
-    policy.half_close = half_close_;
-    policy.idle_timeout = options.tunnel_idle_timeout;
-    policy.half_close_timeout = options.half_close_timeout;
     std::weak_ptr<GrpcFrontend> weak = self_ptr();
-    life_.configure(policy, router_.timers().get_executor(), [weak] {
-      if (auto self = weak.lock()) self->on_quiet();
-    });
+    life_.configure(frontend_tunnel_policy(router_.options(), flow, half_close_),
+                    router_.timers().get_executor(), [weak] {
+                      if (auto self = weak.lock()) self->on_quiet();
+                    });
   }
   p.mutable_dialrequest()->set_konnhalfclose(half_close_);
   KONN_CONN_LOG(log_, debug, *this, "dialing {} through agent {}", req.address(),

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "core/tunnel/tunnel_life.h"
 #include "konnectivity/client.pb.h"
+#include "proxy-server/server_options.h"
 
 namespace konn::server {
 
@@ -15,10 +17,27 @@ inline constexpr int64_t kToAgentLow = kToAgentHigh / 2;
 // A tunnel whose CLOSE_REQ the agent does not answer is dropped after this long.
 inline constexpr std::chrono::seconds kCloseWait(10);
 
+// The policy of one frontend tunnel, gRPC or CONNECT (core::tunnel::TunnelLife): the watermark
+// above, konn's credit with an agent that announced flow control and the queue cap
+// (--xfr-channel-size) without it, and the server's quiet limits. `half_close`: the tunnel passes
+// half-closes (the client asked for it and the agent supports it).
+inline core::tunnel::TunnelPolicy frontend_tunnel_policy(const ServerOptions& options,
+                                                         bool flow_control, bool half_close) {
+  core::tunnel::TunnelPolicy policy;
+  policy.to_peer_high = kToAgentHigh;
+  policy.to_peer_low = kToAgentLow;
+  policy.flow_control = flow_control;
+  policy.queue_cap = flow_control ? 0 : options.tunnel_queue_cap_bytes();
+  policy.half_close = half_close;
+  policy.idle_timeout = options.tunnel_idle_timeout;
+  policy.half_close_timeout = options.half_close_timeout;
+  return policy;
+}
+
 // What the status page shows of one established tunnel (Frontend::status).
 struct TunnelStatus {
-  const char* kind = "";     // "grpc" or "http-connect"
-  std::string destination;   // the DIAL_REQ's address
+  const char* kind = "";                          // "grpc" or "http-connect"
+  std::string destination;                        // the DIAL_REQ's address
   std::chrono::steady_clock::time_point started;  // the frontend stream or connection began
   uint64_t bytes_from_client = 0;
   uint64_t bytes_to_client = 0;
