@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "core/metrics/metrics.h"
@@ -23,7 +24,7 @@ struct ServerMetrics {
   prometheus::Family<prometheus::Gauge>& ready_backends;  // proxy_strategy
   prometheus::Family<prometheus::Gauge>& pending_backend_dials;
   prometheus::Family<prometheus::Gauge>& established_connections;
-  prometheus::Family<prometheus::Gauge>& full_receive_channels;   // service_method
+  prometheus::Family<prometheus::Gauge>& full_receive_channels;  // service_method
   // Upstream PR #896's, with konn's meaning (proxy-server/README.md, Metrics).
   prometheus::Family<prometheus::Gauge>& full_frontend_write_queues;
   prometheus::Family<prometheus::Gauge>& blocked_frontend_write_channels;
@@ -82,6 +83,16 @@ struct ServerMetrics {
   // ("half_close") or --tunnel-idle-timeout ("idle").
   void tunnel_timeout(const std::string& reason) {
     tunnel_timeouts_total.Add({{"reason", reason}}).Increment();
+  }
+  // A frontend tunnel ended: out of half_closed_tunnels when it was counted there, and out of
+  // the established tunnels, with its connection_duration, when it was (at `established_at`).
+  void tunnel_ended(bool half_counted, bool was_established,
+                    std::chrono::steady_clock::time_point established_at) {
+    if (half_counted) half_closed.Decrement();
+    if (!was_established) return;
+    established.Decrement();
+    connection_duration.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - established_at).count());
   }
   // agents_rejected_total{reason} (konn): an agent stream refused at admission.
   void agent_rejected(const std::string& reason) {

@@ -723,15 +723,10 @@ class ConnectSession : public Frontend,
     backlog_.release();
     if constexpr (!kTls) write_role_.close();  // before the descriptor can be closed and reused
     router_.deadlines().cancel(close_deadline_);
-    if (life_.end_half_close()) router_.metrics().half_closed.Decrement();
+    router_.metrics().tunnel_ended(life_.end_half_close(), life_.ever_established(),
+                                   established_at_);
     std::error_code ignored;
     lowest(stream_).close(ignored);  // sends the FIN a shutdown(2) would: one system call
-    if (life_.ever_established()) {
-      router_.metrics().established.Decrement();
-      router_.metrics().connection_duration.Observe(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - established_at_)
-              .count());
-    }
     KONN_CONN_LOG(log_, debug, *this,
                   "http-connect tunnel closed: {} address={} from_client={}B to_client={}B",
                   life_.reason(), address_, life_.bytes_out(), life_.bytes_in());

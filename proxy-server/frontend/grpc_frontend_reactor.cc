@@ -198,7 +198,6 @@ bool GrpcFrontend::deliver_dial_response(Packet&& p) {
       set_state_locked(State::Established);
       connect_id_ = rsp.connectid();
       established_at_ = std::chrono::steady_clock::now();
-      counted_established_ = true;
       router_.metrics().dial_duration.Observe(
           std::chrono::duration<double>(established_at_ - dial_started_).count());
       router_.metrics().established.Increment();
@@ -594,13 +593,8 @@ void GrpcFrontend::OnDone() {
   {
     std::lock_guard lock(mu_);
     cancel_timer();
-    if (life_.end_half_close()) router_.metrics().half_closed.Decrement();
-    if (counted_established_) {
-      router_.metrics().established.Decrement();
-      router_.metrics().connection_duration.Observe(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - established_at_)
-              .count());
-    }
+    router_.metrics().tunnel_ended(life_.end_half_close(), life_.ever_established(),
+                                   established_at_);
   }
   KONN_CONN_LOG(log_, debug, *this,
                 "tunnel closed: {} address={} from_client={}B to_client={}B "

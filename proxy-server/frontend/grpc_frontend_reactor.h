@@ -147,7 +147,6 @@ class GrpcFrontend : public core::tunnel::H2ServerStream, public Frontend {
   ClientBacklog backlog_;    // without flow control: the agent's bytes waiting for the client
   std::chrono::steady_clock::time_point dial_started_;
   std::chrono::steady_clock::time_point established_at_;
-  bool counted_established_ = false;
   // The pending wait (DIAL_REQ, DIAL_RSP or CLOSE_RSP) on router_.deadlines(); 0: none.
   core::tunnel::Deadlines::Id timer_ = 0;
 };
