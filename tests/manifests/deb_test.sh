@@ -37,13 +37,16 @@ for daemon in proxy-server proxy-agent socks5 kubeproxy-http; do
   echo "konn-$daemon Depends: $depends"
   # dpkg-shlibdeps found the shared libraries' packages.
   case "$daemon" in
-    proxy-server | proxy-agent) want="libc6 libstdc++6 libssl3 libyaml-cpp libgrpc++ libprotobuf" ;;
+    proxy-server | proxy-agent) want="libc6 libstdc++6 libssl3 libyaml-cpp libnghttp2 libprotobuf" ;;
     socks5) want="libc6 libstdc++6 libyaml-cpp libc-ares2 libcrypt1" ;;
     kubeproxy-http) want="libc6 libstdc++6 libssl3 libyaml-cpp" ;;
   esac
   for lib in $want; do
     [[ "$depends" == *"$lib"* ]] || fail "konn-$daemon: Depends lacks $lib"
   done
+  # No daemon runs gRPC C++ (docs/ARCHITECTURE.md, invariant 26): a node installs no libgrpc.
+  [[ "$depends" != *libgrpc* && "$depends" != *libabsl* ]] ||
+    fail "konn-$daemon: Depends names gRPC C++ or Abseil"
   dpkg-deb --contents "${deb[0]}" | grep "\./usr/bin/$daemon\$" >/dev/null ||
     fail "konn-$daemon does not hold /usr/bin/$daemon"
   [ -x "$root/usr/bin/$daemon" ] || fail "$daemon missing after dpkg -x"
