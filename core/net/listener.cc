@@ -9,6 +9,13 @@
 
 namespace konn::core::net {
 
+namespace {
+// As long a listen backlog as the kernel allows: Linux cuts a larger one to net.core.somaxconn
+// (4096 by default) without an error, so raising that sysctl is all an operator needs. Under
+// handshake admission (core/h2/listener.h) a reconnect storm waits here, costing no descriptor.
+constexpr int kListenBacklog = 65535;
+}  // namespace
+
 asio::ip::tcp::acceptor listen_tcp(asio::io_context& ctx, const std::string& host, uint16_t port) {
   asio::ip::tcp::endpoint ep;
   if (host.empty()) {
@@ -22,7 +29,7 @@ asio::ip::tcp::acceptor listen_tcp(asio::io_context& ctx, const std::string& hos
   if (!ec && host.empty()) acceptor.set_option(asio::ip::v6_only(false), ec);
   if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor.bind(ep, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) acceptor.listen(kListenBacklog, ec);
   if (ec) {
     throw std::system_error(ec, "listen on " + (host.empty() ? std::string("*") : host) + ":" +
                                     std::to_string(port));
@@ -45,7 +52,7 @@ asio::local::stream_protocol::acceptor listen_unix(asio::io_context& ctx, const 
   mode_t old = ::umask(static_cast<mode_t>(~mode & 0777));
   if (!ec) acceptor.bind(asio::local::stream_protocol::endpoint(path), ec);
   ::umask(old);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) acceptor.listen(kListenBacklog, ec);
   if (ec) throw std::system_error(ec, "listen on unix socket " + path);
   return acceptor;
 }
