@@ -1,5 +1,7 @@
 #include "core/h2/listener.h"
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
@@ -67,6 +69,27 @@ struct Listener::State {
   uint64_t next_id = 0;
   ListenerStats stats;
   bool stopped = false;
+  size_t handshake_bound = 0;                 // 0: none
+  std::vector<std::function<void()>> resume;  // the acceptors' resume(), set when listening
+  std::chrono::steady_clock::time_point last_accept_error_log{};
+  uint64_t accept_errors_unlogged = 0;
+
+  // The acceptor's Admit (its home thread).
+  bool admit() {
+    std::lock_guard lock(mu);
+    if (handshake_bound == 0 || stats.handshaking < handshake_bound) return true;
+    ++stats.admission_holds;
+    return false;
+  }
+  // A connection admitted by begin() ended its TLS handshake (done, failed, timed out, closed).
+  void handshake_ended() {
+    std::vector<std::function<void()>> wake;
+    {
+      std::lock_guard lock(mu);
+      if (stats.handshaking-- >= handshake_bound && handshake_bound != 0) wake = resume;
+    }
+    for (auto& r : wake) r();
+  }
 
   void forget(uint64_t id) {
     std::lock_guard lock(mu);
@@ -159,6 +182,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
  private:
   void on_handshake(std::error_code ec) {
     if (done_) return;
+    end_handshake();
     if (ec) {
       state_->count(&ListenerStats::handshake_failures);
       KONN_LOG(listener_logger(), info, "{}: TLS handshake failed: {}", log_name_,
@@ -194,9 +218,15 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     if (stopping_) conn->shutdown();
   }
 
+  // Frees this connection's admission slot, once.
+  void end_handshake() {
+    if (std::exchange(handshaking_, false)) state_->handshake_ended();
+  }
+
   void finish() {
     if (done_) return;
     done_ = true;
+    end_handshake();
     timer_.cancel();
     // Released after the handler that ended it (the Connection may be inside its own close()).
     asio::post(ctx_, [self = shared_from_this()] { self->conn_.reset(); });
@@ -215,6 +245,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Connection> conn_;
   bool stopping_ = false;
   bool done_ = false;
+  bool handshaking_ = true;  // holds an admission slot (State::stats.handshaking), from creation
 };
 
 Listener::Listener(asio::io_context& accept_ctx, core::io::WorkerPool& pool,
@@ -223,7 +254,10 @@ Listener::Listener(asio::io_context& accept_ctx, core::io::WorkerPool& pool,
   state_->options = std::move(options);
   state_->on_accept = std::move(on_accept);
   state_->on_close = std::move(on_close);
+  state_->handshake_bound = state_->options.max_handshakes_per_worker * pool.size();
 }
+
+size_t Listener::handshake_bound() const { return state_->handshake_bound; }
 
 Listener::~Listener() { stop(std::chrono::milliseconds(0)); }
 
@@ -266,12 +300,35 @@ std::shared_ptr<core::net::PlacedAcceptor<Protocol>> Listener::start_accepting(
     begin(state, std::move(socket), std::move(placement));
   };
   auto on_error = [state = state_](const std::error_code& ec) {
-    // Out of descriptors, most likely: the acceptor waits a little rather than spin.
-    KONN_LOG(listener_logger(), warn, "{}: accept: {}", state->options.name, ec.message());
+    // Out of descriptors, most likely: the acceptor waits 100 ms rather than spin, and says so
+    // at most once in 10 s (a full process would otherwise log ten lines a second).
+    const auto now = std::chrono::steady_clock::now();
+    uint64_t unlogged = 0;
+    {
+      std::lock_guard lock(state->mu);
+      ++state->stats.accept_errors;
+      if (state->last_accept_error_log != std::chrono::steady_clock::time_point{} &&
+          now - state->last_accept_error_log < std::chrono::seconds(10)) {
+        ++state->accept_errors_unlogged;
+        return;
+      }
+      state->last_accept_error_log = now;
+      unlogged = std::exchange(state->accept_errors_unlogged, 0);
+    }
+    KONN_LOG(listener_logger(), warn,
+             "{}: accept: {}; retrying every 100 ms ({} more failures since the last line)",
+             state->options.name, ec.message(), unlogged);
   };
   auto acceptor = std::make_shared<core::net::PlacedAcceptor<Protocol>>(
       accept_ctx_, std::move(listening), follow, std::move(place), std::move(on_accept),
       std::move(on_error));
+  acceptor->set_admit([state = state_] { return state->admit(); });
+  {
+    std::lock_guard lock(state_->mu);
+    state_->resume.push_back([weak = std::weak_ptr(acceptor)] {
+      if (auto a = weak.lock()) a->resume();
+    });
+  }
   acceptor->start();
   return acceptor;
 }
@@ -291,6 +348,10 @@ void Listener::begin(const std::shared_ptr<State>& state, Socket socket,
           std::make_shared<Session>(state, std::move(placement), state->tls, ++state->next_id);
       state->sessions.emplace(state->next_id, session);
       state->stats.open = state->sessions.size();
+      // The admission slot: counted here, on the accepting thread, so that the acceptor's next
+      // Admit sees it; freed by the Session when its handshake ends.
+      state->stats.handshaking_peak =
+          std::max(state->stats.handshaking_peak, ++state->stats.handshaking);
     }
   }
   if (!session) {

@@ -50,6 +50,12 @@ struct ListenerOptions {
   // Told (on the connection's worker) of each connection closed at handshake_timeout, beside
   // ListenerStats::handshake_timeouts: a server counts it where its other limits are counted.
   std::function<void()> on_handshake_timeout;
+  // Handshake admission: TLS handshakes in flight (from accept to the end of the TLS handshake)
+  // at most this many per pool worker (0: no bound). At the bound the listener stops accepting:
+  // new connections wait in the kernel's listen backlog, which costs no descriptor, and are
+  // accepted as handshakes finish (or time out). Under a reconnect storm this keeps every
+  // handshake short of handshake_timeout instead of starting all of them and finishing none.
+  size_t max_handshakes_per_worker = 32;
   // Chooses the worker of the next connection (called before each accept, on the accept
   // context); empty: the pool's round robin. A server puts a connection beside the connections it
   // will most likely exchange packets with.
@@ -62,6 +68,10 @@ struct ListenerStats {
   uint64_t handshake_failures = 0;  // TLS handshake failed (bad certificate, no ALPN h2, ...)
   uint64_t handshake_timeouts = 0;
   uint64_t open = 0;  // accepted and not yet closed (any phase)
+  uint64_t handshaking = 0;       // in their TLS handshake now (admission counts these)
+  uint64_t handshaking_peak = 0;  // the most at once so far
+  uint64_t admission_holds = 0;   // times accepting stopped at the handshake bound
+  uint64_t accept_errors = 0;     // accept() failed (EMFILE, ...): retried 100 ms later
 };
 
 // A server of HTTP/2 Connections (server role) on one TCP address or unix socket, optionally
@@ -104,6 +114,9 @@ class Listener {
   // With options.place: the placement it returns may have changed (an agent connected, say); an
   // accept already waiting is placed again (PlacedAcceptor::reconsider). Any thread.
   void reconsider_placement();
+  // The bound on handshakes in flight: max_handshakes_per_worker times the pool's workers (0:
+  // none).
+  size_t handshake_bound() const;
   // The TCP port bound (0 before listen_tcp).
   uint16_t port() const { return port_; }
 

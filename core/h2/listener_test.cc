@@ -1,5 +1,11 @@
 #include "core/h2/listener.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -400,4 +406,122 @@ TEST_CASE(
   CHECK(peers[0].address.rfind("127.0.0.1:", 0) == 0);
   CHECK(f.eventually([&] { return f.listener->stats().open == 0; }));
   CHECK(f.listener->stats().accepted == 0);
+}
+
+namespace {
+
+size_t open_descriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "h2 listener: handshake admission keeps a storm of stalled clients in the backlog, serves "
+    "the connected peers meanwhile, and admits a real client as slots free (issue 42)") {
+  ListenerOptions o;
+  o.max_handshakes_per_worker = 2;  // two workers: at most 4 TLS handshakes in flight
+  o.handshake_timeout = 400ms;
+  Fixture f(o);
+  REQUIRE(f.listener->handshake_bound() == 4);
+  f.listener->set_tls_context(mtls_context());
+  f.listener->listen_tcp("127.0.0.1", 0);
+  const std::string target = "127.0.0.1:" + std::to_string(f.listener->port());
+
+  // A peer connected before the storm.
+  auto ch = channel(target, true);
+  auto stub = AgentService::NewStub(ch);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  auto stream = stub->Connect(&ctx);
+  round_trip(*stream, 1);
+  REQUIRE(f.eventually([&] { return f.listener->stats().handshaking == 0; }));
+  const size_t fds_before = open_descriptors();
+
+  // The storm: 16 clients that connect and never send a byte.
+  constexpr int kStalled = 16;
+  std::vector<std::unique_ptr<RawPeer>> stalled;
+  for (int i = 0; i < kStalled; ++i) {
+    stalled.push_back(std::make_unique<RawPeer>(f.listener->port()));
+  }
+  REQUIRE(f.eventually([&] { return f.listener->stats().admission_holds > 0; }));
+  {
+    const auto s = f.listener->stats();
+    CHECK(s.handshaking == 4);
+    CHECK(s.open == 5);  // the connected peer and the four admitted: the rest wait in the backlog
+  }
+  // A real client behind them in the backlog: it gets its turn as the stalled ones time out.
+  auto late = std::async(std::launch::async, [&] { one_call(channel(target, true)); });
+  // The connected peer is served while accepting is held back.
+  for (int64_t id = 2; id < 6; ++id) {
+    round_trip(*stream, id);
+    CHECK(f.listener->stats().handshaking <= 4);
+  }
+  REQUIRE(late.wait_for(20s) == std::future_status::ready);
+  late.get();
+  for (auto& p : stalled) CHECK(p->wait_eof(10s));
+  const auto s = f.listener->stats();
+  CHECK(s.handshaking_peak <= 4);
+  CHECK(s.handshake_timeouts == kStalled);
+  CHECK(s.accepted == 2);
+  // Every stalled connection's descriptor came back.
+  stalled.clear();
+  REQUIRE(f.eventually([&] { return f.listener->stats().open == 1; }));
+  CHECK(f.eventually([&] { return open_descriptors() <= fds_before; }));
+  round_trip(*stream, 9);
+  REQUIRE(stream->WritesDone());
+  CHECK(stream->Finish().ok());
+}
+
+TEST_CASE(
+    "h2 listener: accept out of descriptors (EMFILE) backs off and keeps the listener, which "
+    "accepts once descriptors are free again (issue 42)") {
+  // In a child process: the lowered RLIMIT_NOFILE must not reach this one.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 0;
+    {
+      ListenerOptions o;
+      Fixture f(o);
+      f.listener->listen_tcp("127.0.0.1", 0);
+      {
+        // One connection first: the acceptor's start (its descriptor reserve opens and closes
+        // sockets) is over before the table is filled.
+        RawPeer first(f.listener->port());
+        first.write(preface_and_settings());
+        if (!first.read_until(4, 3s)) code = 1;
+      }
+      if (!f.eventually([&] { return f.listener->stats().open == 0; })) code = 1;
+      struct rlimit rl {};
+      ::getrlimit(RLIMIT_NOFILE, &rl);
+      rl.rlim_cur = open_descriptors() + 64;
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+      asio::io_context io;
+      asio::ip::tcp::socket client(io);
+      client.open(asio::ip::tcp::v4());
+      std::vector<int> filler;  // the descriptor table full
+      for (int fd; (fd = ::open("/dev/null", O_RDONLY)) >= 0;) filler.push_back(fd);
+      if (errno != EMFILE) code = 2;
+      client.connect({asio::ip::make_address("127.0.0.1"), f.listener->port()});
+      if (!f.eventually([&] { return f.listener->stats().accept_errors >= 3; }, 5s)) code = 3;
+      if (code == 0 && f.listener->stats().open != 0) code = 4;
+      for (int fd : filler) ::close(fd);
+      filler.clear();
+      // The listener is still there: the connection waiting in the backlog is served.
+      if (code == 0 && !f.eventually([&] { return f.listener->stats().open == 1; }, 5s)) code = 5;
+      if (code == 0) {
+        RawPeer peer(std::move(client));
+        peer.write(preface_and_settings());
+        if (!peer.read_until(4, 3s)) code = 6;
+      }
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
