@@ -1,5 +1,7 @@
 #include "core/h2/listener.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -336,6 +338,16 @@ std::shared_ptr<core::net::PlacedAcceptor<Protocol>> Listener::start_accepting(
 template <typename Socket>
 void Listener::begin(const std::shared_ptr<State>& state, Socket socket,
                      core::io::WorkerPool::Placement placement) {
+  // A client that gave up while its connection waited in the listen backlog (its connect
+  // timeout ran out under a storm) has already sent its FIN: closed here, before a TLS
+  // handshake would spend a slot and a signature on it.
+  pollfd pfd{socket.native_handle(), POLLRDHUP, 0};
+  if (::poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    state->count(&ListenerStats::abandoned);
+    std::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
   std::shared_ptr<Session> session;
   uint64_t refused = 0;
   {

@@ -72,6 +72,7 @@ struct ListenerStats {
   uint64_t handshaking_peak = 0;  // the most at once so far
   uint64_t admission_holds = 0;   // times accepting stopped at the handshake bound
   uint64_t accept_errors = 0;     // accept() failed (EMFILE, ...): retried 100 ms later
+  uint64_t abandoned = 0;  // the client had closed before it was accepted: closed unread
 };
 
 // A server of HTTP/2 Connections (server role) on one TCP address or unix socket, optionally

@@ -447,6 +447,13 @@ TEST_CASE(
     stalled.push_back(std::make_unique<RawPeer>(f.listener->port()));
   }
   REQUIRE(f.eventually([&] { return f.listener->stats().admission_holds > 0; }));
+  // Clients that give up while they wait in the backlog: closed when their turn comes, no
+  // handshake begun.
+  constexpr int kGaveUp = 3;
+  for (int i = 0; i < kGaveUp; ++i) {
+    RawPeer gave_up(f.listener->port());
+    gave_up.write(std::string("\x16\x03\x01\x00\x05hello", 10));
+  }
   {
     const auto s = f.listener->stats();
     CHECK(s.handshaking == 4);
@@ -465,6 +472,8 @@ TEST_CASE(
   const auto s = f.listener->stats();
   CHECK(s.handshaking_peak <= 4);
   CHECK(s.handshake_timeouts == kStalled);
+  CHECK(s.abandoned == kGaveUp);
+  CHECK(s.handshake_failures == 0);
   CHECK(s.accepted == 2);
   // Every stalled connection's descriptor came back.
   stalled.clear();
