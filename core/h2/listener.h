@@ -55,7 +55,10 @@ struct ListenerOptions {
   // new connections wait in the kernel's listen backlog, which costs no descriptor, and are
   // accepted as handshakes finish (or time out). Under a reconnect storm this keeps every
   // handshake short of handshake_timeout instead of starting all of them and finishing none.
-  size_t max_handshakes_per_worker = 32;
+  // Off (0) in the daemons: a slot is held from accept, so a few dozen connections that never
+  // send a byte would hold every slot for handshake_timeout and shut agents out (a slowloris on
+  // a network-facing port). It can be on once a slot is taken at the client's first bytes.
+  size_t max_handshakes_per_worker = 0;
   // Chooses the worker of the next connection (called before each accept, on the accept
   // context); empty: the pool's round robin. A server puts a connection beside the connections it
   // will most likely exchange packets with.
