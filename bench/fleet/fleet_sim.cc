@@ -357,8 +357,11 @@ void SimAgent::dial_real(int64_t random, const std::string& address) {
     return;
   }
   auto timer = std::make_shared<asio::steady_timer>(io_, cfg_.dial_timeout);
-  timer->async_wait([t](std::error_code e) {
-    if (e) return;
+  // Weakly: the connect's handler holds the timer, so a strong hold here would be a cycle
+  // (tunnel -> its connect -> timer -> this wait -> tunnel) left behind by a stopped io_context.
+  timer->async_wait([weak = std::weak_ptr<Tunnel>(t)](std::error_code e) {
+    auto t = weak.lock();
+    if (e || !t) return;
     std::error_code ignored;
     t->socket.close(ignored);
   });
