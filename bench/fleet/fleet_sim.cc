@@ -360,10 +360,10 @@ void SimAgent::dial_real(int64_t random, const std::string& address) {
   // Weakly: the connect's handler holds the timer, so a strong hold here would be a cycle
   // (tunnel -> its connect -> timer -> this wait -> tunnel) left behind by a stopped io_context.
   timer->async_wait([weak = std::weak_ptr<Tunnel>(t)](std::error_code e) {
-    auto t = weak.lock();
-    if (e || !t) return;
+    auto tunnel = weak.lock();
+    if (e || !tunnel) return;
     std::error_code ignored;
-    t->socket.close(ignored);
+    tunnel->socket.close(ignored);
   });
   const uint64_t gen = generation_;
   t->socket.async_connect(
