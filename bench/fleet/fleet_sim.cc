@@ -285,21 +285,23 @@ void SimAgent::on_packet(const std::string& bytes) {
       if (!t->writing) {
         t->writing = true;
         // Writes the queue in order; the tunnel's end drops it.
+        // The pump holds itself weakly (a strong self-capture never frees the pump or its
+        // tunnel); a write in flight holds it strongly until its handler has run.
         auto write_next = std::make_shared<std::function<void()>>();
-        *write_next = [t, write_next] {
+        *write_next = [t, weak = std::weak_ptr<std::function<void()>>(write_next)] {
           if (t->out.empty() || !t->socket.is_open()) {
             t->writing = false;
             return;
           }
           asio::async_write(t->socket, asio::buffer(t->out.front()),
-                            [t, write_next](std::error_code e, size_t) {
+                            [t, next = weak.lock()](std::error_code e, size_t) {
                               if (e) {
                                 t->writing = false;
                                 t->out.clear();
                                 return;
                               }
                               t->out.pop_front();
-                              (*write_next)();
+                              (*next)();
                             });
         };
         (*write_next)();
