@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/ha/ha_fleet.h"
+#include "tests/integration/status/status_daemons.h"
 #include "tests/integration/tunnel/e2e_macros.h"
 #include "tests/support/echo_server.h"
 #include "tests/support/fake_apiserver.h"
@@ -28,19 +29,6 @@ json row_starting(const json& rows, const std::string& key, const std::string& p
     if (r.value(key, "").rfind(prefix, 0) == 0) return r;
   }
   return nullptr;
-}
-
-// A daemon started from the build's bin dir; REQUIREs its health port to accept.
-std::unique_ptr<konn::testsupport::Process> start_status_daemon(const std::string& binary,
-                                                                std::vector<std::string> args,
-                                                                uint16_t health) {
-  konn::testsupport::ProcessOptions o;
-  o.binary = binary;
-  o.args = std::move(args);
-  auto p = std::make_unique<konn::testsupport::Process>(std::move(o));
-  INFO(binary << " log:\n" << p->log());
-  REQUIRE(p->wait_for_tcp_port(health, 20s));
-  return p;
 }
 
 json daemon_status(uint16_t health) {
@@ -75,6 +63,28 @@ json row_with(const json& rows, const std::string& key, const std::string& value
     if (r.value(key, "") == value) return r;
   }
   return nullptr;
+}
+
+// `daemon` with `args` and its health listener on every address: /status and /status.json answer
+// 403 naming --status-page-off-loopback (/metrics still 200), and the page with the flag.
+void check_page_needs_off_loopback(const std::string& daemon, std::vector<std::string> args) {
+  uint16_t closed = konn::testsupport::free_tcp_port();
+  auto with_port = [&args](uint16_t port, bool off_loopback) {
+    auto a = args;
+    a.push_back("--health-port=" + std::to_string(port));
+    if (off_loopback) a.push_back("--status-page-off-loopback");
+    return a;
+  };
+  auto off = start_status_daemon(daemon, with_port(closed, false), closed);
+  auto refused = http_get_local(closed, "/status.json");
+  CHECK(refused.status == 403);
+  CHECK(refused.body.find("--status-page-off-loopback") != std::string::npos);
+  CHECK(http_get_local(closed, "/status").status == 403);
+  CHECK(http_get_local(closed, "/metrics").status == 200);
+
+  uint16_t open = konn::testsupport::free_tcp_port();
+  auto on = start_status_daemon(daemon, with_port(open, true), open);
+  CHECK(daemon_status(open)["summary"]["daemon"] == daemon);
 }
 
 }  // namespace
@@ -167,23 +177,7 @@ TEST_CASE("status: socks5's page on a health port beyond loopback needs --status
           "[e2e][status]") {
   KONN_REQUIRE_DAEMONS();
   // The default --health-bind-address is every address.
-  uint16_t closed = konn::testsupport::free_tcp_port();
-  auto off = start_status_daemon(
-      "socks5", {"--port=0", "--bind-address=127.0.0.1", "--health-port=" + std::to_string(closed)},
-      closed);
-  auto refused = http_get_local(closed, "/status.json");
-  CHECK(refused.status == 403);
-  CHECK(refused.body.find("--status-page-off-loopback") != std::string::npos);
-  CHECK(http_get_local(closed, "/status").status == 403);
-  CHECK(http_get_local(closed, "/metrics").status == 200);
-
-  uint16_t open = konn::testsupport::free_tcp_port();
-  auto on =
-      start_status_daemon("socks5",
-                          {"--port=0", "--bind-address=127.0.0.1",
-                           "--health-port=" + std::to_string(open), "--status-page-off-loopback"},
-                          open);
-  CHECK(daemon_status(open)["summary"]["daemon"] == "socks5");
+  check_page_needs_off_loopback("socks5", {"--port=0", "--bind-address=127.0.0.1"});
 }
 
 TEST_CASE(
@@ -305,23 +299,7 @@ TEST_CASE(
     "[e2e][status]") {
   KONN_REQUIRE_DAEMONS();
   // Connect mode's health listener binds every address by default.
-  uint16_t closed = konn::testsupport::free_tcp_port();
-  auto off = start_status_daemon(
-      "kubeproxy-http", {"--mode=connect", "--port=0", "--health-port=" + std::to_string(closed)},
-      closed);
-  auto refused = http_get_local(closed, "/status.json");
-  CHECK(refused.status == 403);
-  CHECK(refused.body.find("--status-page-off-loopback") != std::string::npos);
-  CHECK(http_get_local(closed, "/status").status == 403);
-  CHECK(http_get_local(closed, "/metrics").status == 200);
-
-  uint16_t open = konn::testsupport::free_tcp_port();
-  auto on =
-      start_status_daemon("kubeproxy-http",
-                          {"--mode=connect", "--port=0", "--health-port=" + std::to_string(open),
-                           "--status-page-off-loopback"},
-                          open);
-  CHECK(daemon_status(open)["summary"]["daemon"] == "kubeproxy-http");
+  check_page_needs_off_loopback("kubeproxy-http", {"--mode=connect", "--port=0"});
 }
 
 TEST_CASE("status: socks5 and kubeproxy-http show a tunnel through Konnectivity as such",

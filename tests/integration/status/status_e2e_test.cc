@@ -16,6 +16,7 @@
 #include "core/tls/certificate_expiry.h"
 #include "tests/integration/ha/ha_fleet.h"
 #include "tests/integration/ha/ha_test_util.h"
+#include "tests/integration/status/status_daemons.h"
 #include "tests/integration/tunnel/e2e_macros.h"
 #include "tests/support/echo_server.h"
 #include "tests/support/loopback.h"
@@ -353,24 +354,16 @@ TEST_CASE("status: socks5 and kubeproxy-http export the expiry of their certific
     REQUIRE(e);
     return static_cast<double>(std::chrono::system_clock::to_time_t(e->not_after));
   };
-  auto start = [](std::vector<std::string> args, const std::string& binary, uint16_t health) {
-    konn::testsupport::ProcessOptions o;
-    o.binary = binary;
-    o.args = std::move(args);
-    auto p = std::make_unique<konn::testsupport::Process>(std::move(o));
-    INFO(binary << " log:\n" << p->log());
-    REQUIRE(p->wait_for_tcp_port(health, 20s));
-    return p;
-  };
 
   // socks5 towards a proxy-server over mTLS (none listens: the files are what counts here).
   uint16_t socks_health = konn::testsupport::free_tcp_port();
-  auto socks = start(
+  auto socks = start_status_daemon(
+      "socks5",
       {"--port=0", "--bind-address=127.0.0.1", "--health-bind-address=127.0.0.1",
        "--health-port=" + std::to_string(socks_health), "--konnectivity-address=127.0.0.1:1",
        "--konnectivity-ca-cert=" + certs.ca_crt, "--konnectivity-client-cert=" + certs.client_crt,
        "--konnectivity-client-key=" + certs.client_key},
-      "socks5", socks_health);
+      socks_health);
   auto m = parse_prometheus_text(http_get_local(socks_health, "/metrics").body);
   CHECK(m.value("konn_certificate_expiry_timestamp_seconds",
                 {{"listener", "konnectivity"}, {"kind", "client"}}) == expiry(certs.client_crt));
@@ -379,11 +372,12 @@ TEST_CASE("status: socks5 and kubeproxy-http export the expiry of their certific
 
   // kubeproxy-http's CONNECT mode behind TLS.
   uint16_t kp_health = konn::testsupport::free_tcp_port();
-  auto kp =
-      start({"--mode=connect", "--port=0", "--health-bind-address=127.0.0.1",
-             "--health-port=" + std::to_string(kp_health), "--tls-cert-file=" + certs.server_crt,
-             "--tls-private-key-file=" + certs.server_key},
-            "kubeproxy-http", kp_health);
+  auto kp = start_status_daemon(
+      "kubeproxy-http",
+      {"--mode=connect", "--port=0", "--health-bind-address=127.0.0.1",
+       "--health-port=" + std::to_string(kp_health), "--tls-cert-file=" + certs.server_crt,
+       "--tls-private-key-file=" + certs.server_key},
+      kp_health);
   m = parse_prometheus_text(http_get_local(kp_health, "/metrics").body);
   CHECK(m.value("konn_certificate_expiry_timestamp_seconds",
                 {{"listener", "listener"}, {"kind", "serving"}}) == expiry(certs.server_crt));
