@@ -9,12 +9,17 @@
 #include <asio/write.hpp>
 
 #include "core/h2/transport.h"
+#include "core/tunnel/packet.h"
 #include "konnectivity/client.pb.h"
 
 namespace konn::bench::fleet {
 
 namespace h2 = core::h2;
 using std::chrono::milliseconds;
+using core::tunnel::make_close_response;
+using core::tunnel::make_data;
+using core::tunnel::make_dial_response;
+using core::tunnel::make_drain;
 
 UpstreamBackoff::UpstreamBackoff(milliseconds initial, milliseconds cap, uint64_t seed)
     : initial_(initial), cap_(cap), current_(initial), rng_(seed) {}
@@ -101,10 +106,7 @@ void SimAgent::stop() {
 
 void SimAgent::drain() {
   if (!stream_ || !accepted_) return;
-  Packet p;
-  p.set_type(DRAIN);
-  p.mutable_drain();
-  send(p);
+  send(make_drain());
   ++counters_.drains;
 }
 
@@ -257,11 +259,7 @@ void SimAgent::on_packet(const std::string& bytes) {
       tunnels_.emplace(cid, std::make_shared<Tunnel>(io_));
       ++counters_.tunnels_open;
       ++counters_.dials;
-      Packet r;
-      r.set_type(DIAL_RSP);
-      r.mutable_dialresponse()->set_random(random);
-      r.mutable_dialresponse()->set_connectid(cid);
-      send(r);
+      send(make_dial_response(random, cid));
       return;
     }
     case DATA: {
@@ -269,11 +267,7 @@ void SimAgent::on_packet(const std::string& bytes) {
       const int64_t cid = p.data().connectid();
       auto it = tunnels_.find(cid);
       if (it == tunnels_.end()) {
-        Packet r;
-        r.set_type(CLOSE_RSP);
-        r.mutable_closeresponse()->set_connectid(cid);
-        r.mutable_closeresponse()->set_error("unrecognized connectID");
-        send(r);
+        send(make_close_response(cid, "unrecognized connectID"));
         return;
       }
       if (!it->second->real) {
@@ -348,11 +342,7 @@ void SimAgent::dial_real(int64_t random, const std::string& address) {
   }
   auto answer_error = [this, random](const std::string& why) {
     ++counters_.dial_failures;
-    Packet r;
-    r.set_type(DIAL_RSP);
-    r.mutable_dialresponse()->set_random(random);
-    r.mutable_dialresponse()->set_error("dial tcp: " + why);
-    send(r);
+    send(make_dial_response(random, 0, "dial tcp: " + why));
   };
   if (ec) {
     answer_error("address " + address + ": " + ec.message());
@@ -381,11 +371,7 @@ void SimAgent::dial_real(int64_t random, const std::string& address) {
         me->tunnels_.emplace(cid, t);
         ++me->counters_.tunnels_open;
         ++me->counters_.dials;
-        Packet r;
-        r.set_type(DIAL_RSP);
-        r.mutable_dialresponse()->set_random(random);
-        r.mutable_dialresponse()->set_connectid(cid);
-        me->send(r);
+        me->send(make_dial_response(random, cid));
         me->tunnel_read(cid);
       });
 }
@@ -406,11 +392,7 @@ void SimAgent::tunnel_read(int64_t id) {
                                 return;
                               }
                               buf->resize(n);
-                              Packet d;
-                              d.set_type(DATA);
-                              d.mutable_data()->set_connectid(id);
-                              d.mutable_data()->set_data(std::move(*buf));
-                              me->send(d);
+                              me->send(make_data(id, std::move(*buf)));
                               me->tunnel_read(id);
                             });
 }
@@ -422,12 +404,7 @@ void SimAgent::tunnel_closed(int64_t id, bool notify) {
   it->second->socket.close(ignored);
   tunnels_.erase(it);
   --counters_.tunnels_open;
-  if (notify) {
-    Packet r;
-    r.set_type(CLOSE_RSP);
-    r.mutable_closeresponse()->set_connectid(id);
-    send(r);
-  }
+  if (notify) send(make_close_response(id));
 }
 
 }  // namespace konn::bench::fleet

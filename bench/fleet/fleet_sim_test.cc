@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/h2/h2_test_peer.h"
+#include "core/tunnel/packet.h"
 #include "konnectivity/client.pb.h"
 #include "tests/support/echo_server.h"
 #include "tests/support/test_certs.h"
@@ -129,28 +130,14 @@ fleet::AgentConfig tls_config(uint16_t port) {
 }
 
 Packet dial_req(int64_t random, const std::string& address) {
-  Packet p;
-  p.set_type(DIAL_REQ);
-  p.mutable_dialrequest()->set_protocol("tcp");
-  p.mutable_dialrequest()->set_address(address);
-  p.mutable_dialrequest()->set_random(random);
-  return p;
+  return konn::core::tunnel::make_dial_request(address, random);
 }
 
 Packet data(int64_t cid, const std::string& bytes) {
-  Packet p;
-  p.set_type(DATA);
-  p.mutable_data()->set_connectid(cid);
-  p.mutable_data()->set_data(bytes);
-  return p;
+  return konn::core::tunnel::make_data(cid, std::string(bytes));
 }
 
-Packet close_req(int64_t cid) {
-  Packet p;
-  p.set_type(CLOSE_REQ);
-  p.mutable_closerequest()->set_connectid(cid);
-  return p;
-}
+Packet close_req(int64_t cid) { return konn::core::tunnel::make_close_request(cid); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 
 #include "core/h2/connection.h"
 #include "core/h2/transport.h"
+#include "core/tunnel/packet.h"
 #include "konnectivity/client.pb.h"
 
 namespace konn::bench::fleet {
@@ -136,22 +137,14 @@ struct FrontendLoad::Impl {
       return;
     }
     t.random = static_cast<int64_t>(rng() >> 1);
-    Packet p;
-    p.set_type(DIAL_REQ);
-    p.mutable_dialrequest()->set_protocol("tcp");
-    p.mutable_dialrequest()->set_address(cfg.address(i));
-    p.mutable_dialrequest()->set_random(t.random);
-    send(t, p);
+    send(t, core::tunnel::make_dial_request(cfg.address(i), t.random));
   }
 
   void start_close(uint64_t i) {
     FrontTunnel& t = tunnels[i];
     t.state = TState::Closing;
     ++closing;
-    Packet p;
-    p.set_type(CLOSE_REQ);
-    p.mutable_closerequest()->set_connectid(t.connect_id);
-    send(t, p);
+    send(t, core::tunnel::make_close_request(t.connect_id));
   }
 
   void on_packet(uint64_t i, const std::string& bytes) {
@@ -293,11 +286,7 @@ void FrontendLoad::round_trips(FrontendResult& r) {
       }
       one(i, left - 1);
     };
-    Packet p;
-    p.set_type(DATA);
-    p.mutable_data()->set_connectid(t.connect_id);
-    p.mutable_data()->set_data(payload);
-    m.send(t, p);
+    m.send(t, core::tunnel::make_data(t.connect_id, std::string(payload)));
   };
   for (uint64_t i = 0, n = 0; i < m.tunnels.size() && n < m.cfg.active; ++i) {
     if (m.tunnels[i].state != TState::Open) continue;
