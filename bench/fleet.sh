@@ -13,9 +13,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
-launcher=()
-if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake --preset ci "${launcher[@]}" >/dev/null
-cmake --build --preset ci -j "$(nproc)" --target proxy-server proxy-agent konn-fleet-sim >/dev/null
+bash bench/build-ci.sh proxy-server proxy-agent konn-fleet-sim
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 exec python3 bench/fleet.py --bin="$src/build/ci/bin" --src="$src" "$@"

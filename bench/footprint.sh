@@ -13,9 +13,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
 bash bench/install-peers.sh
-launcher=()
-if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake --preset ci "${launcher[@]}" >/dev/null
-cmake --build --preset ci -j "$(nproc)" --target proxy-server proxy-agent socks5 kubeproxy-http \
-  kubeproxy-fake-apiserver konn-loadgen >/dev/null
+bash bench/build-ci.sh proxy-server proxy-agent socks5 kubeproxy-http kubeproxy-fake-apiserver \
+  konn-loadgen
 exec python3 bench/footprint.py --bin="$src/build/ci/bin" --src="$src" "$@"

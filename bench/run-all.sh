@@ -24,11 +24,8 @@ for a in "$@"; do
 done
 src=$(pwd)
 bash bench/install-peers.sh
-launcher=()
-if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake --preset ci "${launcher[@]}" >/dev/null
-cmake --build --preset ci -j "$(nproc)" --target proxy-server proxy-agent socks5 kubeproxy-http \
-  kubeproxy-fake-apiserver konn-loadgen >/dev/null
+bash bench/build-ci.sh proxy-server proxy-agent socks5 kubeproxy-http kubeproxy-fake-apiserver \
+  konn-loadgen
 # The Go client (grpc-go, built offline from Debian's packages); the run goes on without it if
 # it cannot be built.
 go_client=()

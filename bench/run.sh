@@ -7,12 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 bash scripts/setup.sh >/dev/null
-launcher=()
-if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-# The optimised build the test suite uses (preset ci: -O2), shared to avoid a second full build.
-cmake --preset ci "${launcher[@]}" >/dev/null
-cmake --build --preset ci -j "$(nproc)" --target proxy-server proxy-agent konn-tunnel-bench \
-  >/dev/null
+bash bench/build-ci.sh proxy-server proxy-agent konn-tunnel-bench
 bin="$root/build/ci/bin"
 
 work=$(mktemp -d)
