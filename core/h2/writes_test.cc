@@ -1,6 +1,7 @@
 // What one HTTP/2 connection writes, write by write: a transport that records each write lets the
 // tests see which frames leave together (a peer's reads cannot tell: the kernel may merge writes).
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -64,31 +65,28 @@ bool is_frame(const FrameHead& f, uint8_t type, uint8_t flags) {
   return f.type == type && (f.flags & flags) == flags;
 }
 
-// Our server Connection on one end of a socket pair (its writes recorded); the test thread
-// writes raw bytes into the other end and drains what comes back.
-struct ServerOnPair {
+// Our Connection on one end of a socket pair (its writes recorded); the test thread writes raw
+// bytes into the other end and drains what comes back.
+struct OnPair {
   Loop loop;
   Unix::socket peer{loop.ctx()};
   RecordingTransport* recorder = nullptr;
   std::shared_ptr<Connection> conn;
 
-  // `make_handler` gets the connection's io_context (its thread).
-  explicit ServerOnPair(
-      const std::function<Connection::CallHandler(asio::io_context&)>& make_handler) {
+  // A server whose calls `make_handler`'s handler answers (it gets the connection's io_context,
+  // its thread).
+  explicit OnPair(const std::function<Connection::CallHandler(asio::io_context&)>& make_handler) {
     auto handler = make_handler(loop.ctx());
-    loop.run([&] {
-      Unix::socket ours(loop.ctx());
-      asio::local::connect_pair(ours, peer);
-      auto rec =
-          std::make_unique<RecordingTransport>(std::make_unique<UnixTransport>(std::move(ours)));
-      recorder = rec.get();
-      conn = Connection::create(Connection::Role::Server, std::move(rec), ConnectionOptions{});
-      conn->set_call_handler(std::move(handler));
-      conn->start();
-      return 0;
+    create(Connection::Role::Server, [&handler](Connection& c) {
+      c.set_call_handler(std::move(handler));
+      c.start();
     });
   }
-  ~ServerOnPair() {
+  // A connection of `role`; `setup` runs on its thread once it is created, and starts it.
+  OnPair(Connection::Role role, const std::function<void(Connection&)>& setup) {
+    create(role, setup);
+  }
+  ~OnPair() {
     loop.run([&] {
       conn->close("test over");
       return 0;
@@ -102,7 +100,19 @@ struct ServerOnPair {
       off += static_cast<size_t>(n);
     }
   }
-  // Reads and drops what the server sent (so it never waits on a full socket).
+  void create(Connection::Role role, const std::function<void(Connection&)>& setup) {
+    loop.run([&] {
+      Unix::socket ours(loop.ctx());
+      asio::local::connect_pair(ours, peer);
+      auto rec =
+          std::make_unique<RecordingTransport>(std::make_unique<UnixTransport>(std::move(ours)));
+      recorder = rec.get();
+      conn = Connection::create(role, std::move(rec), ConnectionOptions{});
+      setup(*conn);
+      return 0;
+    });
+  }
+  // Reads and drops what our connection sent (so it never waits on a full socket).
   void drain() {
     char buf[4096];
     pollfd p{peer.native_handle(), POLLIN, 0};
@@ -168,7 +178,7 @@ Connection::CallHandler last_message_then_status(asio::io_context& ctx, bool hol
 
 TEST_CASE("h2 server: its SETTINGS wait for the client's preface and leave with their ACK",
           "[h2][writes]") {
-  ServerOnPair s(
+  OnPair s(
       [](asio::io_context&) { return [](const std::shared_ptr<Stream>&, const CallInfo&) {}; });
   // A client speaks first: until it does, the server writes nothing.
   std::this_thread::sleep_for(50ms);
@@ -188,7 +198,7 @@ TEST_CASE("h2 server: a last message and the status queued under a WriteHold lea
           "[h2][writes]") {
   for (const bool hold : {true, false}) {
     CAPTURE(hold);
-    ServerOnPair s([hold](asio::io_context& ctx) { return last_message_then_status(ctx, hold); });
+    OnPair s([hold](asio::io_context& ctx) { return last_message_then_status(ctx, hold); });
     s.write(client_preface() +
             frame(kHeaders, kEndHeaders, 1, grpc_request_block("/AgentService/Connect")) +
             grpc_message_frame(1, "hello"));
@@ -208,7 +218,7 @@ TEST_CASE("h2 server: a last message and the status queued under a WriteHold lea
 }
 
 TEST_CASE("h2: an idle connection keeps no write buffer from its last burst", "[h2][writes]") {
-  ServerOnPair s([](asio::io_context&) {
+  OnPair s([](asio::io_context&) {
     return [](const std::shared_ptr<Stream>& st, const CallInfo&) {
       std::weak_ptr<Stream> w = st;
       StreamCallbacks cb;
@@ -240,69 +250,54 @@ TEST_CASE("h2: an idle connection keeps no write buffer from its last burst", "[
   CHECK(held <= 4096);
 }
 
-TEST_CASE("h2 client: a call half-closed in reaction to the server's last message ends with "
-          "END_STREAM, not a reset",
-          "[h2][writes]") {
+TEST_CASE(
+    "h2 client: a call half-closed in reaction to the server's last message ends with "
+    "END_STREAM, not a reset",
+    "[h2][writes]") {
   // The proxy-server sends a tunnel's CLOSE_RSP and the call's status in one write; the client
   // half-closes when it reads CLOSE_RSP. Its END_STREAM is not yet written when the status
   // arrives: a reset instead would count towards the server's rapid-reset limit.
   for (const bool half_close : {true, false}) {
     CAPTURE(half_close);
-    Loop loop;
-    Unix::socket peer{loop.ctx()};
-    RecordingTransport* recorder = nullptr;
-    std::shared_ptr<Connection> conn;
     std::shared_ptr<Stream> stream;
-    loop.run([&] {
-      Unix::socket ours(loop.ctx());
-      asio::local::connect_pair(ours, peer);
-      auto rec =
-          std::make_unique<RecordingTransport>(std::make_unique<UnixTransport>(std::move(ours)));
-      recorder = rec.get();
-      conn = Connection::create(Connection::Role::Client, std::move(rec), ConnectionOptions{});
-      conn->start();
+    OnPair c(Connection::Role::Client, [&stream, half_close](Connection& conn) {
+      conn.start();
       StreamCallbacks cb;
       cb.on_message = [&stream, half_close](std::string&&) {
         if (half_close) stream->half_close();
       };
-      stream = conn->start_call("/ProxyService/Proxy", {}, std::move(cb));
+      stream = conn.start_call("/ProxyService/Proxy", {}, std::move(cb));
       stream->send_message("dial");
-      return 0;
     });
-    const std::string response_block = hpack_literal(":status", "200") +
-                                       hpack_literal("content-type", "application/grpc");
+    const std::string response_block =
+        hpack_literal(":status", "200") + hpack_literal("content-type", "application/grpc");
     const std::string trailers_block = hpack_literal("grpc-status", "0");
-    const std::string server = frame(kSettings, 0, 0, "") + frame(kSettings, kAck, 0, "") +
-                               frame(kHeaders, kEndHeaders, 1, response_block) +
-                               frame(kData, 0, 1, grpc_frame("closed")) +
-                               frame(kHeaders, kEndHeaders | kEndStream, 1, trailers_block);
-    for (size_t off = 0; off < server.size();) {
-      const ssize_t n = ::send(peer.native_handle(), server.data() + off, server.size() - off,
-                               MSG_NOSIGNAL);
-      REQUIRE(n > 0);
-      off += static_cast<size_t>(n);
-    }
+    c.write(frame(kSettings, 0, 0, "") + frame(kSettings, kAck, 0, "") +
+            frame(kHeaders, kEndHeaders, 1, response_block) +
+            frame(kData, 0, 1, grpc_frame("closed")) +
+            frame(kHeaders, kEndHeaders | kEndStream, 1, trailers_block));
     // What the client wrote for stream 1 after the request: END_STREAM, or RST_STREAM.
-    bool end_stream = false;
-    bool reset = false;
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!end_stream && !reset && std::chrono::steady_clock::now() < deadline) {
-      char buf[4096];
-      while (::recv(peer.native_handle(), buf, sizeof(buf), MSG_DONTWAIT) > 0) {
-      }
-      for (const auto& w : recorder->writes()) {
-        for (const auto& f : frames_of(w)) {
-          if (f.stream_id != 1) continue;
-          if (f.type == kData && (f.flags & kEndStream) != 0) end_stream = true;
-          if (f.type == kRstStream) reset = true;
-        }
-      }
-      std::this_thread::sleep_for(2ms);
-    }
+    auto on_stream_1 = [](uint8_t type, uint8_t flags) {
+      return [type, flags](const std::vector<FrameHead>& fs) {
+        return std::any_of(fs.begin(), fs.end(), [&](const FrameHead& f) {
+          return f.stream_id == 1 && is_frame(f, type, flags);
+        });
+      };
+    };
+    auto end_stream_frame = on_stream_1(kData, kEndStream);
+    auto reset_frame = on_stream_1(kRstStream, 0);
+    c.wait_write(
+        [&](const std::vector<FrameHead>& fs) { return end_stream_frame(fs) || reset_frame(fs); });
+    auto written = [&c](const auto& pred) {
+      const auto ws = c.recorder->writes();
+      return std::any_of(ws.begin(), ws.end(),
+                         [&](const std::string& w) { return pred(frames_of(w)); });
+    };
+    const bool end_stream = written(end_stream_frame);
+    const bool reset = written(reset_frame);
     CHECK(end_stream == half_close);
     CHECK(reset == !half_close);
-    loop.run([&] {
-      conn->close("test over");
+    c.loop.run([&] {
       stream.reset();
       return 0;
     });
