@@ -339,14 +339,9 @@ def read_event(p, event, timeout):
     return result
 
 
-def run_frontend(args, server, extra, name, timeout=600):
-    p = frontend(args, server, extra, name)
+def events_by_name(stdout):
+    """konn-fleet-sim's JSON lines, the last of each "event" by its name (other lines skipped)."""
     out = {}
-    try:
-        stdout, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop(p, signal.SIGKILL)
-        raise Failure(f"frontend {name} did not finish in {timeout} s")
     for line in stdout.splitlines():
         try:
             d = json.loads(line)
@@ -354,6 +349,16 @@ def run_frontend(args, server, extra, name, timeout=600):
             continue
         out[d.get("event")] = d
     return out
+
+
+def run_frontend(args, server, extra, name, timeout=600):
+    p = frontend(args, server, extra, name)
+    try:
+        stdout, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop(p, signal.SIGKILL)
+        raise Failure(f"frontend {name} did not finish in {timeout} s")
+    return events_by_name(stdout)
 
 
 def routing(args, server, n_agents, dials, dest_prefix=True):
@@ -554,13 +559,7 @@ def run_server(args, work, kind):
         except subprocess.TimeoutExpired:
             stop(dp, signal.SIGKILL)
             out = b""
-        d = {}
-        for line in out.splitlines():
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            d[e.get("event")] = e
+        d = events_by_name(out)
         o = d.get("open", {})
         storm["dials"] = o.get("tunnels")
         storm["dials_ok"] = o.get("opened")

@@ -28,7 +28,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_all import CLK_TCK, Failure, Processes, free_port, log, wait_port  # noqa: E402
+from run_all import CLK_TCK, Failure, OpProfile, Processes, free_port, log, wait_port  # noqa: E402
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,16 +40,8 @@ def proc_cpu_ticks(pid):
 
 
 def proc_switches(pid):
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                for line in f:
-                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    """Context switches of the process's live threads (run_all's per-thread sampler)."""
+    return sum(cs for _, cs, _ in OpProfile.threads(pid).values())
 
 
 def proc_threads(pid):
