@@ -15,11 +15,6 @@
 # macro behind for the next one. The presets that CI and scripts/dev-up.sh use turn this on
 # (KONN_UNITY); when editing a few files over and over, -DKONN_UNITY=OFF recompiles one source
 # instead of its batch.
-#
-# A source with the property KONN_UNITY_ALONE stays its own object: a static library's object is
-# linked only when a symbol of it is used, so a daemon that uses none of a source's functions does
-# not link what that source needs (with -Wl,--as-needed, CMakeLists.txt, nor load its shared
-# libraries). For a source that calls a heavy library only some programs use; none does today.
 option(KONN_UNITY "Compile each target's sources in batches (unity build)" OFF)
 set(KONN_UNITY_BATCH 8 CACHE STRING "Sources per unity batch")
 
@@ -36,9 +31,7 @@ function(konn_unity_sources out target)
   foreach(src ${ARGN})
     get_filename_component(abs ${src} ABSOLUTE BASE_DIR ${CMAKE_CURRENT_SOURCE_DIR})
     file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${abs})
-    get_source_file_property(alone ${src} KONN_UNITY_ALONE)
-    if(abs MATCHES "\\.cc$" AND NOT rel MATCHES "^\\.\\./" AND NOT rel MATCHES "^build/"
-       AND NOT alone)
+    if(abs MATCHES "\\.cc$" AND NOT rel MATCHES "^\\.\\./" AND NOT rel MATCHES "^build/")
       list(APPEND pending ${rel})
     else()
       list(APPEND result ${src})
