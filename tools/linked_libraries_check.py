@@ -4,10 +4,9 @@
 For each program given: every library it records as NEEDED must define at least one symbol the
 program takes from a shared library (what -Wl,--as-needed guarantees: a library named by a
 static library of ours but never called is not loaded, relocated and paid for in RSS on every
-node). With --no-grpc-calls, the programs after it must not call gRPC C++ at all (no daemon does:
-docs/ARCHITECTURE.md, invariant 26).
+node). That no daemon loads gRPC C++ at all is lint.daemon_links (tools/daemon_links_check.py).
 
-    linked_libraries_check.py PROGRAM... [--no-grpc-calls PROGRAM...]
+    linked_libraries_check.py PROGRAM...
 """
 import re
 import subprocess
@@ -24,25 +23,19 @@ def symbols(path, which):
 
 
 def copied(path):
-    """Data symbols the program copies from a library at start (R_X86_64_COPY, e.g. gRPC's
-    Status::OK): defined in the program, yet they make the library needed."""
+    """Data symbols the program copies from a library at start (R_X86_64_COPY, a library's global
+    object): defined in the program, yet they make the library needed."""
     out = run("readelf", "-rW", path)
     return {m.split("@")[0] for m in re.findall(r"R_X86_64_COPY\s+\S+\s+(\S+)", out)}
 
 
 def main(argv):
-    # --no-grpc-calls applies to the programs after it.
-    programs, no_grpc_from = [], None
-    for a in argv:
-        if a == "--no-grpc-calls":
-            no_grpc_from = len(programs)
-        else:
-            programs.append(a)
+    programs = argv
     if not programs:
         print(__doc__, file=sys.stderr)
         return 2
     failures = []
-    for i, prog in enumerate(programs):
+    for prog in programs:
         needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", run("readelf", "-d", prog))
         where = dict(re.findall(r"^\s*(\S+) => (\S+)", run("ldd", prog), re.M))
         wanted = symbols(prog, "--undefined-only") | copied(prog)
@@ -51,14 +44,6 @@ def main(argv):
                 continue  # the dynamic loader itself (ld-linux), named by path
             if not wanted & symbols(where[lib], "--defined-only"):
                 failures.append(f"{prog}: records {lib} but takes no symbol from it")
-        if no_grpc_from is not None and i >= no_grpc_from:
-            demangled = subprocess.run(["c++filt"], input="\n".join(sorted(wanted)),
-                                       capture_output=True, text=True, check=True).stdout
-            grpc = [s for s in demangled.splitlines()
-                    if re.search(r"grpc::(experimental::|SslCredentials|SslServerCredentials|"
-                                 r"CreateChannel|ServerBuilder)", s)]
-            if grpc:
-                failures.append(f"{prog}: calls gRPC C++ ({len(grpc)} symbols, e.g. {grpc[0]})")
         print(f"{prog}: {len(needed)} libraries recorded")
     for f in failures:
         print("FAIL " + f, file=sys.stderr)
