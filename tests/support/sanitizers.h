@@ -16,6 +16,21 @@ inline constexpr bool kSanitizerBuild = false;
 inline constexpr bool kSanitizerBuild = false;
 #endif
 
+// Whether it was built with ThreadSanitizer, whose runtime starts one background thread in every
+// process that creates a thread (named after the process, as any thread is until it renames
+// itself).
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitizerBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kThreadSanitizerBuild = true;
+#else
+inline constexpr bool kThreadSanitizerBuild = false;
+#endif
+#else
+inline constexpr bool kThreadSanitizerBuild = false;
+#endif
+
 // Multiplier for time bounds in tests: 1 normally, larger under sanitizers (TSan runs gRPC code
 // 5-20x slower). Bounds that the brief sets (e.g. "within 1 s") are checked exactly in normal
 // builds.
