@@ -155,7 +155,8 @@ void Backend::admit() {
            agent_id_, peer_, identifiers_header_, flow_control_, half_close_,
            node_table_ ? " nodeToControlPlane=true"
                        : (node_asked ? " nodeToControlPlane=false (not enabled here)" : ""),
-           same > 1 ? " (duplicate agent id: newest stream takes new dials)" : "");
+           same > 1 ? " (duplicate agent id: the oldest stream not draining takes new dials)"
+                    : "");
   // Read for the last time above: an idle agent keeps neither (issue 42, memory per agent).
   core::h2::Metadata().swap(metadata_);
   certificate_.reset();

@@ -11,13 +11,35 @@ namespace konn::server {
 BackendRegistry::BackendRegistry(std::vector<ProxyStrategy> strategies, AgentChoice choice)
     : strategies_(std::move(strategies)), pools_(choice) {}
 
+namespace {
+
+// The stream of one agent id that takes new dials: the oldest that is not draining (else the
+// oldest). Newer streams of an id are most often a duplicate the agent is about to close (an HA
+// agent reaching a server it already holds through the balanced address), so, as upstream, the
+// oldest one routes; a draining one gives way to the replacement that came after it.
+Backend* routing_stream(const std::vector<std::shared_ptr<Backend>>& streams) {
+  for (const auto& b : streams) {
+    if (!b->draining()) return b.get();
+  }
+  return streams.empty() ? nullptr : streams.front().get();
+}
+
+}  // namespace
+
+void BackendRegistry::reroute(const Backend* before,
+                              const std::vector<std::shared_ptr<Backend>>& streams) {
+  Backend* after = routing_stream(streams);
+  if (after == before) return;
+  if (before != nullptr) pools_.erase(before);
+  if (after != nullptr) pools_.insert(after);
+}
+
 void BackendRegistry::add(const std::shared_ptr<Backend>& backend) {
   std::lock_guard lock(mu_);
   auto& streams = agents_[backend->agent_id()];
-  // The newest stream takes new dials: it replaces the previous newest in the pools.
-  if (!streams.empty()) pools_.erase(streams.back().get());
+  const Backend* before = routing_stream(streams);
   streams.push_back(backend);
-  pools_.insert(backend.get());
+  reroute(before, streams);
 }
 
 void BackendRegistry::remove(const Backend* backend) {
@@ -25,23 +47,35 @@ void BackendRegistry::remove(const Backend* backend) {
   auto it = agents_.find(backend->agent_id());
   if (it == agents_.end()) return;
   auto& streams = it->second;
-  const bool was_newest = !streams.empty() && streams.back().get() == backend;
+  const Backend* before = routing_stream(streams);
   streams.erase(std::remove_if(streams.begin(), streams.end(),
                                [backend](const auto& b) { return b.get() == backend; }),
                 streams.end());
-  if (was_newest) {
+  if (before == backend) {
     pools_.erase(backend);
-    // The stream before it takes new dials again.
-    if (!streams.empty()) pools_.insert(streams.back().get());
+    before = nullptr;
   }
+  reroute(before, streams);
   if (streams.empty()) agents_.erase(it);
 }
 
 void BackendRegistry::draining(const Backend* backend) {
   std::lock_guard lock(mu_);
   auto it = agents_.find(backend->agent_id());
-  if (it == agents_.end() || it->second.back().get() != backend) return;
-  pools_.mark_draining(it->second.back().get());
+  if (it == agents_.end()) return;
+  auto& streams = it->second;
+  // The stream that routed until now: the first not draining, counting `backend` as not yet.
+  auto routed = std::find_if(streams.begin(), streams.end(), [backend](const auto& b) {
+    return b.get() == backend || !b->draining();
+  });
+  if (routed == streams.end() || routed->get() != backend) return;  // nothing moves
+  Backend* after = routing_stream(streams);
+  if (after == backend) {
+    pools_.mark_draining(after);  // every stream of the id drains: it stays, as a fallback
+  } else {
+    pools_.erase(backend);
+    pools_.insert(after);
+  }
 }
 
 std::shared_ptr<Backend> BackendRegistry::pick(std::string_view dest_host) {
@@ -73,7 +107,7 @@ size_t BackendRegistry::usable_by(ProxyStrategy strategy) const {
     // the same text under two types counts once; so here.
     std::unordered_set<std::string_view> keys;
     for (const auto& [id, streams] : agents_) {
-      const auto& ids = streams.back()->identifiers();
+      const auto& ids = routing_stream(streams)->identifiers();
       for (const auto* list : {&ids.hosts, &ids.ipv4, &ids.ipv6, &ids.cidrs}) {
         keys.insert(list->begin(), list->end());
       }
@@ -82,7 +116,10 @@ size_t BackendRegistry::usable_by(ProxyStrategy strategy) const {
   }
   size_t n = 0;
   for (const auto& [id, streams] : agents_) {
-    if (strategy == ProxyStrategy::Default || streams.back()->identifiers().default_route) ++n;
+    if (strategy == ProxyStrategy::Default ||
+        routing_stream(streams)->identifiers().default_route) {
+      ++n;
+    }
   }
   return n;
 }

@@ -15,12 +15,14 @@ namespace konn::server {
 
 class Backend;
 
-// The connected agents. Several streams may carry the same agent id (a reconnect racing the old
-// stream's end, or a misconfigured fleet); the newest one is used for new dials and the older
-// ones keep serving the tunnels they already carry. Each strategy's candidates (newest streams)
-// are kept in AgentPools, so a dial's choice is O(1) in the number of agents (--agent-choice:
-// the less loaded of two, or one at random). Thread-safe: one mutex, held for map operations
-// and selection only; an agent's load is read without it (Backend::load).
+// The connected agents. Several streams may carry the same agent id (an HA agent's duplicate
+// connection to a server it already holds, which it closes at once; a reconnect racing the old
+// stream's end; a misconfigured fleet); the oldest one that is not draining takes new dials, as
+// upstream's oldest does, and the others keep serving the tunnels they already carry. Each
+// strategy's candidates (one routing stream per agent id) are kept in AgentPools, so a dial's
+// choice is O(1) in the number of agents (--agent-choice: the less loaded of two, or one at
+// random). Thread-safe: one mutex, held for map operations and selection only; an agent's load is
+// read without it (Backend::load).
 class BackendRegistry {
  public:
   explicit BackendRegistry(std::vector<ProxyStrategy> strategies,
@@ -33,7 +35,7 @@ class BackendRegistry {
   // Picks a backend for a dial to `dest_host` (no port). nullptr: "No agent available".
   std::shared_ptr<Backend> pick(std::string_view dest_host);
   // The worker (WorkerPool index) of the agent stream a dial would most likely go to now: the
-  // newest stream of a non-draining agent, chosen as a default-strategy dial would be. nullopt:
+  // routing stream of a non-draining agent, chosen as a default-strategy dial would be. nullopt:
   // no agent.
   std::optional<size_t> likely_home();
   // Ready when the first strategy could route somewhere (upstream's readiness rule).
@@ -53,7 +55,10 @@ class BackendRegistry {
   mutable std::mutex mu_;
   // agent id -> its streams, oldest first.
   std::unordered_map<std::string, std::vector<std::shared_ptr<Backend>>> agents_;
-  AgentPools<Backend> pools_;  // the newest stream of each agent
+  AgentPools<Backend> pools_;  // the routing stream of each agent id
+  // Moves the id's place in the pools from `before` (its routing stream until now, or nullptr)
+  // to the one `streams` now choose. Under mu_.
+  void reroute(const Backend* before, const std::vector<std::shared_ptr<Backend>>& streams);
   std::mt19937_64 rng_{std::random_device{}()};
 };
 

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sstream>
+#include <thread>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "test-client/tunnel.h"
 #include "tests/integration/tunnel/e2e_macros.h"
 #include "tests/integration/tunnel/e2e_util.h"
+#include "tests/integration/tunnel/fake_agent.h"
 #include "tests/integration/tunnel/tunnel_stack.h"
 
 using namespace konn::e2e;
@@ -397,8 +399,8 @@ TEST_CASE("e2e: an agent without a valid certificate is rejected and the server 
 
 // reliability: proxy-server | second agent with the same id, then SIGKILL of either | both streams
 // reliability+: serve; the survivor takes every dial | info "agent connected ... (duplicate agent
-// reliability+: id: newest stream takes new dials)", then "agent disconnected agentID=agent-1" | 20
-// reliability+: of 20 echoes before and after
+// reliability+: id: the oldest stream not draining takes new dials)", then "agent disconnected
+// reliability+: agentID=agent-1" | 20 of 20 echoes before and after
 TEST_CASE("e2e: a second agent with the same id and dials keep working", "[e2e][bad-input]") {
   KONN_REQUIRE_DAEMONS();
   TunnelStack s;
@@ -426,6 +428,55 @@ TEST_CASE("e2e: a second agent with the same id and dials keep working", "[e2e][
     REQUIRE(s.server.process().wait_for_log("agent disconnected agentID=agent-1", 5s));
   }
   CHECK(dial_many(20) == 20);
+}
+
+// reliability: proxy-server | a second stream with a connected agent's id that never answers (an
+// reliability+: HA agent's duplicate of a server it holds, before it closes it) | the first stream
+// reliability+: takes every dial; the second only once the first is gone | info "agent connected
+// reliability+: ... (duplicate agent id: the oldest stream not draining takes new dials)" | 20 of
+// reliability+: 20 echoes, no DIAL_REQ on the silent stream while the first lives
+TEST_CASE("e2e: a silent second stream with a connected agent's id takes no dials from the first",
+          "[e2e][bad-input]") {
+  KONN_REQUIRE_DAEMONS();
+  TunnelStack s;
+  FakeAgent::Options o;
+  o.id = "agent-1";  // TunnelStack's agent
+  FakeAgent silent(s.server.agent_port(), s.certs, o);
+  REQUIRE(silent.wait_connected(10s));
+  REQUIRE(s.server.wait_agent_connected("agent-1", 10s, 2));
+  CHECK(s.server.process().wait_for_log(
+      "(duplicate agent id: the oldest stream not draining takes new dials)", 5s));
+  for (int i = 0; i < 20; ++i) {
+    auto d = Tunnel::dial(s.channel, s.echo.address(), 5s);
+    INFO("dial " << i << ": " << d.error);
+    REQUIRE(d.tunnel);
+    std::string msg = random_bytes(1000, static_cast<uint64_t>(i));
+    CHECK(d.tunnel->write(msg));
+    CHECK(read_exactly(*d.tunnel, msg.size(), 5s) == msg);
+    d.tunnel->close(5s);
+  }
+  auto dial_req = [](const Packet& p) { return p.type() == DIAL_REQ; };
+  CHECK_FALSE(silent.received(dial_req, 0ms));
+
+  // The first agent goes: the second stream takes the next dial.
+  s.agent->kill(SIGKILL);
+  REQUIRE(s.server.process().wait_for_log("agent disconnected agentID=agent-1", 5s));
+  std::string dial_error = "not dialled";
+  std::thread dialing([&] {
+    auto d = Tunnel::dial(s.channel, "10.9.9.9:80", 10s);
+    dial_error = d.tunnel ? "" : d.error;
+    if (d.tunnel) d.tunnel->close(5s);
+  });
+  auto req = silent.next(DIAL_REQ, 10s);
+  REQUIRE(req);
+  CHECK(req->dialrequest().address() == "10.9.9.9:80");
+  CHECK(silent.send(konn::core::tunnel::make_dial_response(req->dialrequest().random(), 5)));
+  // The client closes its tunnel: the close reaches the second stream too.
+  auto close = silent.next(CLOSE_REQ, 10s);
+  CHECK(close);
+  if (close) CHECK(silent.send(konn::core::tunnel::make_close_response(5)));
+  dialing.join();
+  CHECK(dial_error == "");
 }
 
 // reliability: proxy-server | unknown flag, bad number, bad duration, unknown --mode, port 70000 |
