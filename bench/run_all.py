@@ -14,6 +14,7 @@ import os
 import random
 import re
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -224,23 +225,50 @@ class OpProfile:
             out[tid] = (comm, cs, (int(fields[11]) + int(fields[12])) / CLK_TCK)
         return out
 
+    @staticmethod
+    def perf_enable(work, timeout=10.0):
+        """Tells a `perf stat -D -1 --control fifo:ctl,ack` started in `work` to count, and waits
+        for its ack: perf then has attached to every thread and counts from here on. A fixed
+        sleep was not enough on a loaded machine: perf attached late, missed part of the
+        workload, and the counts per operation came out a third of the true ones."""
+        # O_RDWR: a FIFO opened so neither blocks nor fails while perf has not opened its end.
+        ctl = os.open(os.path.join(work, "ctl"), os.O_RDWR)
+        ack = os.open(os.path.join(work, "ack"), os.O_RDWR | os.O_NONBLOCK)
+        try:
+            os.write(ctl, b"enable\n")
+            deadline, got = time.time() + timeout, b""
+            while b"ack" not in got:
+                left = deadline - time.time()
+                if left <= 0 or not select.select([ack], [], [], left)[0]:
+                    return False
+                got += os.read(ack, 64)
+            return True
+        finally:
+            os.close(ctl)
+            os.close(ack)
+
     def start(self):
         self.before = [self.threads(p.pid) for _, p in self.daemons]
         self.perf = []
         if shutil.which("perf"):
-            for i, (_, p) in enumerate(self.daemons):
-                out = os.path.join(tempfile.gettempdir(), f"konn-opprofile-{os.getpid()}-{i}.csv")
-                self.perf.append((subprocess.Popen(
-                    ["perf", "stat", "-x,", "-e", self.EVENTS, "-p", str(p.pid), "-o", out],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out))
-            time.sleep(0.2)  # perf attaches to every thread before the workload starts
+            for _, p in self.daemons:
+                work = tempfile.mkdtemp(prefix="konn-opprofile-")
+                os.mkfifo(os.path.join(work, "ctl"))
+                os.mkfifo(os.path.join(work, "ack"))
+                out = os.path.join(work, "stat.csv")
+                proc = subprocess.Popen(
+                    ["perf", "stat", "-x,", "-e", self.EVENTS, "-D", "-1", "--control",
+                     f"fifo:{work}/ctl,{work}/ack", "-p", str(p.pid), "-o", out],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                # Counts are kept only from a perf that acknowledged before the workload.
+                self.perf.append((proc, out if self.perf_enable(work) else None, work))
 
     def stop(self, ops):
         """{label: {"cpu us/op": .., "cs/op": .., "syscalls/op": .., "wakeups/op": ..,
         "threads": {comm: (cs/op, cpu us/op)}}}"""
         after = [self.threads(p.pid) for _, p in self.daemons]
         counts = []
-        for proc, out in self.perf:
+        for proc, out, work in self.perf:
             proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(timeout=5)
@@ -248,14 +276,15 @@ class OpProfile:
                 proc.kill()
             c = {}
             try:
-                with open(out) as f:
-                    for line in f:
-                        parts = line.strip().split(",")
-                        if len(parts) > 2 and parts[0].replace(".", "").isdigit():
-                            c[parts[2]] = float(parts[0])
-                os.unlink(out)
+                if out is not None:
+                    with open(out) as f:
+                        for line in f:
+                            parts = line.strip().split(",")
+                            if len(parts) > 2 and parts[0].replace(".", "").isdigit():
+                                c[parts[2]] = float(parts[0])
             except OSError:
                 pass
+            shutil.rmtree(work, ignore_errors=True)
             counts.append(c)
         result = {}
         for i, ((label, _), b, a) in enumerate(zip(self.daemons, self.before, after)):
