@@ -4,7 +4,7 @@
 # agents (bench/build-upstream.sh; left out with --upstream-bin=), konn with
 # --agent-choice=random and konn with --agent-choice=least-loaded, each with three agents of
 # which one reaches the server through a delaying relay, and prints one table: dials/s, p50,
-# p99 and each agent's share of the dials. See docs/performance.md ("Agent choice").
+# p99 and each agent's share of the dials. See bench/README.md ("Agent choice").
 #
 #   bench/agent-choice.sh [--delay-ms=20,200] [--duration=10] [--concurrency=16] [--runs=1]
 #                         [--upstream-bin=DIR] [--json=FILE]

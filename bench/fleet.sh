@@ -9,7 +9,7 @@
 #   bench/fleet.sh --only=konn --phases=fleet  # one server, without the one-agent phase
 #   bench/run-all.sh --fleet [...]             # the same
 # The machine's limit of 20 000 descriptors per process (not raisable here) caps N near 19 900.
-# Everything runs on loopback and is killed on exit. See docs/performance.md (Fleet).
+# Everything runs on loopback and is killed on exit. See bench/fleet/README.md ("Figures").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
