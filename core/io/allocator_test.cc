@@ -1,8 +1,10 @@
 #include "core/io/allocator.h"
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -53,4 +55,47 @@ TEST_CASE("allocator: buffers stay in the heap, and the trimmer returns them onc
   INFO("rss held " << held / 1024 << " KiB, after the trimmer " << after / 1024 << " KiB");
   CHECK(after + kCount * kBuffer / 2 < held);
   for (char* k : keepers) std::free(k);
+}
+
+namespace {
+
+// Spends `cpu` of this process's CPU time in a loop.
+void burn(std::chrono::milliseconds cpu) {
+  timespec start{}, now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &start);
+  volatile uint64_t sink = 0;
+  for (;;) {
+    for (int i = 0; i < 10000; ++i) sink = sink + static_cast<uint64_t>(i);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+    const auto spent = std::chrono::seconds(now.tv_sec - start.tv_sec) +
+                       std::chrono::nanoseconds(now.tv_nsec - start.tv_nsec);
+    if (spent >= cpu) return;
+  }
+}
+
+}  // namespace
+
+// An idle server with 2 000 agents spent 40 ms in 30 s walking its heap every 2 s (issue 42).
+TEST_CASE("allocator: an idle process's trimmer walks the heap once, then again only after work",
+          "[io][memory]") {
+  if (konn::testsupport::kSanitizerBuild) {
+    SUCCEED("sanitizer runtimes use CPU of their own in the background");
+    return;
+  }
+  asio::io_context ctx;
+  const uint64_t before = konn::core::io::memory_trimmer_walks();
+  konn::core::io::start_memory_trimmer(ctx, 20ms, size_t{4} << 20);
+  ctx.run_for(300ms);  // about 15 periods, the process idle: only the first one looks
+  CHECK(konn::core::io::memory_trimmer_walks() - before == 1);
+  burn(20ms);
+  // The next period sees the work and looks (within 2 s on a loaded machine)...
+  ctx.restart();
+  const auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (konn::core::io::memory_trimmer_walks() - before < 2 &&
+         std::chrono::steady_clock::now() < deadline) {
+    ctx.run_one_for(100ms);
+  }
+  CHECK(konn::core::io::memory_trimmer_walks() - before == 2);
+  ctx.run_for(200ms);  // ... and the ones after it do not
+  CHECK(konn::core::io::memory_trimmer_walks() - before == 2);
 }
