@@ -11,23 +11,21 @@ namespace konn::server {
 BackendRegistry::BackendRegistry(std::vector<ProxyStrategy> strategies, AgentChoice choice)
     : strategies_(std::move(strategies)), pools_(choice) {}
 
-namespace {
-
 // The stream of one agent id that takes new dials: the oldest that is not draining (else the
 // oldest). Newer streams of an id are most often a duplicate the agent is about to close (an HA
 // agent reaching a server it already holds through the balanced address), so, as upstream, the
-// oldest one routes; a draining one gives way to the replacement that came after it.
-Backend* routing_stream(const std::vector<std::shared_ptr<Backend>>& streams) {
-  for (const auto& b : streams) {
-    if (!b->draining()) return b.get();
+// oldest one routes; a draining one gives way to the replacement that came after it. Reads the
+// registry's own draining marks, which change only under mu_: a Backend's flag is set before
+// it calls draining(), and a choice made from the flag in between would leave the pools holding
+// a stream the registry no longer counts as routing.
+Backend* BackendRegistry::routing_stream(const std::vector<Stream>& streams) {
+  for (const auto& s : streams) {
+    if (!s.draining) return s.backend.get();
   }
-  return streams.empty() ? nullptr : streams.front().get();
+  return streams.empty() ? nullptr : streams.front().backend.get();
 }
 
-}  // namespace
-
-void BackendRegistry::reroute(const Backend* before,
-                              const std::vector<std::shared_ptr<Backend>>& streams) {
+void BackendRegistry::reroute(const Backend* before, const std::vector<Stream>& streams) {
   Backend* after = routing_stream(streams);
   if (after == before) return;
   if (before != nullptr) pools_.erase(before);
@@ -38,7 +36,7 @@ void BackendRegistry::add(const std::shared_ptr<Backend>& backend) {
   std::lock_guard lock(mu_);
   auto& streams = agents_[backend->agent_id()];
   const Backend* before = routing_stream(streams);
-  streams.push_back(backend);
+  streams.push_back({backend, backend->draining()});
   reroute(before, streams);
 }
 
@@ -49,7 +47,7 @@ void BackendRegistry::remove(const Backend* backend) {
   auto& streams = it->second;
   const Backend* before = routing_stream(streams);
   streams.erase(std::remove_if(streams.begin(), streams.end(),
-                               [backend](const auto& b) { return b.get() == backend; }),
+                               [backend](const Stream& s) { return s.backend.get() == backend; }),
                 streams.end());
   if (before == backend) {
     pools_.erase(backend);
@@ -64,11 +62,12 @@ void BackendRegistry::draining(const Backend* backend) {
   auto it = agents_.find(backend->agent_id());
   if (it == agents_.end()) return;
   auto& streams = it->second;
-  // The stream that routed until now: the first not draining, counting `backend` as not yet.
-  auto routed = std::find_if(streams.begin(), streams.end(), [backend](const auto& b) {
-    return b.get() == backend || !b->draining();
-  });
-  if (routed == streams.end() || routed->get() != backend) return;  // nothing moves
+  auto self = std::find_if(streams.begin(), streams.end(),
+                           [backend](const Stream& s) { return s.backend.get() == backend; });
+  if (self == streams.end() || self->draining) return;
+  Backend* before = routing_stream(streams);
+  self->draining = true;
+  if (before != backend) return;  // it was not taking new dials: nothing moves
   Backend* after = routing_stream(streams);
   if (after == backend) {
     pools_.mark_draining(after);  // every stream of the id drains: it stays, as a fallback
@@ -139,7 +138,9 @@ std::vector<std::shared_ptr<Backend>> BackendRegistry::all() const {
   std::lock_guard lock(mu_);
   std::vector<std::shared_ptr<Backend>> out;
   out.reserve(agents_.size());
-  for (const auto& [id, streams] : agents_) out.insert(out.end(), streams.begin(), streams.end());
+  for (const auto& [id, streams] : agents_) {
+    for (const auto& st : streams) out.push_back(st.backend);
+  }
   return out;
 }
 

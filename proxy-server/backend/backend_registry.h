@@ -53,12 +53,18 @@ class BackendRegistry {
  private:
   std::vector<ProxyStrategy> strategies_;
   mutable std::mutex mu_;
+  struct Stream {
+    std::shared_ptr<Backend> backend;
+    bool draining;  // since draining(backend): the registry's view, changed only under mu_
+  };
   // agent id -> its streams, oldest first.
-  std::unordered_map<std::string, std::vector<std::shared_ptr<Backend>>> agents_;
-  AgentPools<Backend> pools_;  // the routing stream of each agent id
+  std::unordered_map<std::string, std::vector<Stream>> agents_;
+  AgentPools<Backend> pools_;  // exactly the routing stream of each agent id
+  // The stream of an id that takes new dials (nullptr: none). Under mu_.
+  static Backend* routing_stream(const std::vector<Stream>& streams);
   // Moves the id's place in the pools from `before` (its routing stream until now, or nullptr)
   // to the one `streams` now choose. Under mu_.
-  void reroute(const Backend* before, const std::vector<std::shared_ptr<Backend>>& streams);
+  void reroute(const Backend* before, const std::vector<Stream>& streams);
   std::mt19937_64 rng_{std::random_device{}()};
 };
 
