@@ -76,11 +76,7 @@ void check_page_needs_off_loopback(const std::string& daemon, std::vector<std::s
     return a;
   };
   auto off = start_status_daemon(daemon, with_port(closed, false), closed);
-  auto refused = http_get_local(closed, "/status.json");
-  CHECK(refused.status == 403);
-  CHECK(refused.body.find("--status-page-off-loopback") != std::string::npos);
-  CHECK(http_get_local(closed, "/status").status == 403);
-  CHECK(http_get_local(closed, "/metrics").status == 200);
+  check_status_page_refused(closed);
 
   uint16_t open = konn::testsupport::free_tcp_port();
   auto on = start_status_daemon(daemon, with_port(open, true), open);

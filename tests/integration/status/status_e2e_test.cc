@@ -451,11 +451,7 @@ TEST_CASE("status: beyond loopback the page needs --status-page-off-loopback", "
       certs, "s1", {"--admin-port=" + std::to_string(closed_port), "--admin-bind-address=0.0.0.0"}};
   closed.start();
   REQUIRE(eventually([&] { return konn::testsupport::tcp_port_accepts(closed_port); }, 10s));
-  auto refused = http_get_local(closed_port, "/status.json");
-  CHECK(refused.status == 403);
-  CHECK(refused.body.find("--status-page-off-loopback") != std::string::npos);
-  CHECK(http_get_local(closed_port, "/status").status == 403);
-  CHECK(http_get_local(closed_port, "/metrics").status == 200);
+  check_status_page_refused(closed_port);
 
   uint16_t open_port = konn::testsupport::free_tcp_port();
   FleetServer open{certs,
