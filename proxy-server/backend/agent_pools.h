@@ -80,7 +80,10 @@ class AgentPools {
     all_.insert(a);
     if (ids.default_route) default_route_.insert(a);
     for (const auto& key : exact_keys(ids)) by_host_[key].insert(a);
-    if (!ids.cidrs.empty()) with_cidrs_.insert(a);
+    if (!ids.cidrs.empty()) {
+      with_cidrs_.insert(a);
+      for (const auto& c : distinct(ids.cidrs)) ++cidr_keys_[c];
+    }
   }
 
   void erase(const Agent* a) {
@@ -93,7 +96,12 @@ class AgentPools {
       it->second.erase(a);
       if (it->second.empty()) by_host_.erase(it);
     }
-    with_cidrs_.erase(a);
+    if (with_cidrs_.erase(a)) {
+      for (const auto& c : distinct(ids.cidrs)) {
+        auto it = cidr_keys_.find(c);
+        if (it != cidr_keys_.end() && --it->second == 0) cidr_keys_.erase(it);
+      }
+    }
   }
 
   // `a` announced DRAIN (its draining() is already true): it is chosen only as a fallback now.
@@ -135,7 +143,34 @@ class AgentPools {
   AgentChoice choice() const { return choice_; }
   size_t size() const { return all_.ready.size() + all_.draining.size(); }
 
+  // How many candidates `strategy` has, as upstream's ready_backends counts them: the agents for
+  // default, those with default-route for defaultRoute, and for destHost the distinct identifier
+  // values (host, ipv4, ipv6 and cidr text; the same text under two types counts once). Kept as
+  // the agents come and go, so a gauge update on every connect costs O(agents with cidr
+  // identifiers), not O(agents): a walk over all of them made a reconnect storm quadratic.
+  size_t count(ProxyStrategy strategy) const {
+    switch (strategy) {
+      case ProxyStrategy::Default:
+        return size();
+      case ProxyStrategy::DefaultRoute:
+        return default_route_.ready.size() + default_route_.draining.size();
+      case ProxyStrategy::DestHost:
+        break;
+    }
+    size_t n = by_host_.size();
+    for (const auto& [cidr, agents] : cidr_keys_) n += by_host_.count(cidr) == 0 ? 1 : 0;
+    return n;
+  }
+
  private:
+  static std::vector<std::string> distinct(const std::vector<std::string>& values) {
+    std::vector<std::string> out;
+    for (const auto& v : values) {
+      if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    }
+    return out;
+  }
+
   // The distinct host/ipv4/ipv6 values (an agent may repeat one).
   static std::vector<std::string> exact_keys(const core::tunnel::AgentIdentifiers& ids) {
     std::vector<std::string> keys;
@@ -180,6 +215,7 @@ class AgentPools {
   AgentPool<Agent> default_route_;
   std::unordered_map<std::string, AgentPool<Agent>> by_host_;
   IndexedAgents<Agent> with_cidrs_;
+  std::unordered_map<std::string, size_t> cidr_keys_;  // cidr text -> agents announcing it
 };
 
 }  // namespace konn::server

@@ -154,3 +154,30 @@ TEST_CASE("destHost: cidr agents join exact matches, then defaultRoute", "[serve
   auto busy = dials(loaded, s, "10.9.3.3");
   CHECK(busy == std::map<std::string, int>{{"exact", 3000}});  // less loaded than "both"
 }
+
+TEST_CASE("count: each strategy's candidates, as ready_backends reports them", "[server][strategy]") {
+  auto a = agent("a", "host=node-a&ipv4=10.0.0.1&host=node-a");  // a repeated value counts once
+  auto b = agent("b", "host=node-b&ipv4=10.0.0.1&default-route=true");
+  auto c = agent("c", "cidr=10.8.0.0/16&cidr=10.8.0.0/16");
+  auto d = agent("d", "cidr=10.8.0.0/16&cidr=10.9.0.0/16&host=10.9.0.0/16");
+  AgentPools<FakeAgent> pools;
+  for (auto* x : {&a, &b, &c, &d}) pools.insert(x);
+  CHECK(pools.count(ProxyStrategy::Default) == 4);
+  CHECK(pools.count(ProxyStrategy::DefaultRoute) == 1);
+  // node-a, node-b, 10.0.0.1, 10.8.0.0/16, and 10.9.0.0/16 once (as a host and as a cidr).
+  CHECK(pools.count(ProxyStrategy::DestHost) == 5);
+  b.drain = true;
+  pools.mark_draining(&b);  // a draining agent is still a candidate
+  CHECK(pools.count(ProxyStrategy::DefaultRoute) == 1);
+  pools.erase(&c);  // d still announces 10.8.0.0/16
+  CHECK(pools.count(ProxyStrategy::DestHost) == 5);
+  pools.erase(&d);
+  CHECK(pools.count(ProxyStrategy::DestHost) == 3);
+  pools.erase(&a);
+  CHECK(pools.count(ProxyStrategy::DestHost) == 2);
+  CHECK(pools.count(ProxyStrategy::Default) == 1);
+  pools.erase(&b);
+  for (auto s : {ProxyStrategy::Default, ProxyStrategy::DefaultRoute, ProxyStrategy::DestHost}) {
+    CHECK(pools.count(s) == 0);
+  }
+}

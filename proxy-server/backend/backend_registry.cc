@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <string_view>
-#include <unordered_set>
 
 #include "proxy-server/backend/backend.h"
 
@@ -100,27 +99,7 @@ bool BackendRegistry::ready() const {
 
 size_t BackendRegistry::usable_by(ProxyStrategy strategy) const {
   std::lock_guard lock(mu_);
-  if (strategy == ProxyStrategy::DestHost) {
-    // As upstream's DestHostBackendManager: one entry per distinct identifier (an address or
-    // host any agent announced), not per agent. Upstream keys its three types in one map, so
-    // the same text under two types counts once; so here.
-    std::unordered_set<std::string_view> keys;
-    for (const auto& [id, streams] : agents_) {
-      const auto& ids = routing_stream(streams)->identifiers();
-      for (const auto* list : {&ids.hosts, &ids.ipv4, &ids.ipv6, &ids.cidrs}) {
-        keys.insert(list->begin(), list->end());
-      }
-    }
-    return keys.size();
-  }
-  size_t n = 0;
-  for (const auto& [id, streams] : agents_) {
-    if (strategy == ProxyStrategy::Default ||
-        routing_stream(streams)->identifiers().default_route) {
-      ++n;
-    }
-  }
-  return n;
+  return pools_.count(strategy);
 }
 
 size_t BackendRegistry::agent_count() const {
