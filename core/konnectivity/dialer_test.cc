@@ -279,7 +279,7 @@ TEST_CASE("konnectivity dialer: grpc over TCP with mutual TLS", "[konnectivity]"
 }
 
 TEST_CASE(
-    "konnectivity dialer: the tunnels of one thread share its connection; each thread has "
+    "konnectivity dialer: the tunnels of one thread share its connection, each thread has "
     "its own",
     "[konnectivity]") {
   TempDir dir{"konn-kd"};
