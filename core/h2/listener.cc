@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <future>
 #include <mutex>
@@ -58,6 +59,12 @@ std::optional<PeerCertificate> peer_certificate(SSL* ssl) {
   return out;
 }
 
+// The client has closed its end (its FIN, or a reset, is in): nothing it sent will be answered.
+bool peer_gave_up(int fd) {
+  pollfd pfd{fd, POLLRDHUP, 0};
+  return ::poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 }  // namespace
 
 struct Listener::State {
@@ -72,26 +79,16 @@ struct Listener::State {
   ListenerStats stats;
   bool stopped = false;
   size_t handshake_bound = 0;                 // 0: none
-  std::vector<std::function<void()>> resume;  // the acceptors' resume(), set when listening
   std::chrono::steady_clock::time_point last_accept_error_log{};
   uint64_t accept_errors_unlogged = 0;
 
-  // The acceptor's Admit (its home thread).
-  bool admit() {
-    std::lock_guard lock(mu);
-    if (handshake_bound == 0 || stats.handshaking < handshake_bound) return true;
-    ++stats.admission_holds;
-    return false;
-  }
-  // A connection admitted by begin() ended its TLS handshake (done, failed, timed out, closed).
-  void handshake_ended() {
-    std::vector<std::function<void()>> wake;
-    {
-      std::lock_guard lock(mu);
-      if (stats.handshaking-- >= handshake_bound && handshake_bound != 0) wake = resume;
-    }
-    for (auto& r : wake) r();
-  }
+  std::deque<std::weak_ptr<Session>> waiting;  // for a slot, oldest first (under mu)
+
+  // A TLS connection whose client spoke asks for a handshake slot: true, it holds one now;
+  // false, it is in line, and a slot that frees is handed to it (Session::slot_granted).
+  bool take_slot(const std::shared_ptr<Session>& session);
+  // A slot holder's handshake ended or outlasted its hold: the slot goes to the newest in line.
+  void release_slot();
 
   void forget(uint64_t id) {
     std::lock_guard lock(mu);
@@ -121,6 +118,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
 
   template <typename Socket>
   void begin(Socket socket) {
+    fd_ = socket.native_handle();
     std::error_code ec;
     if constexpr (std::is_same_v<Socket, asio::ip::tcp::socket>) {
       socket.set_option(asio::ip::tcp::no_delay(true), ec);
@@ -139,23 +137,45 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     } else {
       transport_ = std::make_unique<SocketTransport<Socket>>(std::move(socket));
     }
-    timer_.expires_after(state_->options.handshake_timeout);
-    timer_.async_wait([weak = weak_from_this()](std::error_code e) {
-      auto self = weak.lock();
-      if (e || !self || self->done_) return;
-      if (self->conn_ && self->conn_->peer_settings_received()) return;
-      self->state_->count(&ListenerStats::handshake_timeouts);
-      if (self->state_->options.on_handshake_timeout) self->state_->options.on_handshake_timeout();
-      KONN_LOG(listener_logger(), info, "{}: no handshake within {} ms, closed", self->log_name_,
-               self->state_->options.handshake_timeout.count());
-      self->close("handshake timeout");
-    });
+    deadline_ = std::chrono::steady_clock::now() + state_->options.handshake_timeout;
+    arm(deadline_);
     if (stopping_) {
       close("the listener is stopping");
       return;
     }
-    transport_->async_handshake(
-        true, [self = shared_from_this()](std::error_code e) { self->on_handshake(e); });
+    if (!tls_) {
+      transport_->async_handshake(
+          true, [self = shared_from_this()](std::error_code e) { self->on_handshake(e); });
+      return;
+    }
+    transport_->async_wait_readable([self = shared_from_this()](std::error_code e) {
+      if (self->done_) return;
+      if (e) {
+        self->close("the client closed before its handshake");
+        return;
+      }
+      if (self->state_->take_slot(self)) {
+        self->start_handshake();
+      } else {
+        self->timer_.cancel();  // in line: no deadline until its slot comes
+      }
+    });
+  }
+
+  // Given a slot that freed (any thread): the handshake begins on this connection's worker,
+  // with a deadline from now (the wait in line was the server's doing, not the client's), unless
+  // the client gave up while it waited.
+  void slot_granted() {
+    asio::post(ctx_, [self = shared_from_this()] {
+      if (!self->done_ && peer_gave_up(self->fd_)) {
+        self->handshaking_ = true;  // close() frees it
+        self->state_->count(&ListenerStats::abandoned);
+        self->close("the client gave up waiting for its handshake");
+        return;
+      }
+      self->deadline_ = std::chrono::steady_clock::now() + self->state_->options.handshake_timeout;
+      self->start_handshake();
+    });
   }
 
   asio::io_context& context() { return ctx_; }
@@ -220,9 +240,45 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     if (stopping_) conn->shutdown();
   }
 
-  // Frees this connection's admission slot, once.
+  // Holding a slot: the TLS handshake, with the slot's hold as the timer's first stop.
+  void start_handshake() {
+    handshaking_ = true;
+    if (done_) {  // closed while it waited in line: the slot goes on
+      end_handshake();
+      return;
+    }
+    arm(std::min(deadline_, std::chrono::steady_clock::now() + state_->options.handshake_slot_hold));
+    transport_->async_handshake(
+        true, [self = shared_from_this()](std::error_code e) { self->on_handshake(e); });
+  }
+
+  void arm(std::chrono::steady_clock::time_point at) {
+    timer_.expires_at(at);
+    timer_.async_wait([weak = weak_from_this()](std::error_code e) {
+      auto self = weak.lock();
+      if (!e && self) self->on_timer();
+    });
+  }
+
+  // The slot's hold ran out (the handshake goes on without it), or the deadline came.
+  void on_timer() {
+    if (done_ || (conn_ && conn_->peer_settings_received())) return;
+    if (std::chrono::steady_clock::now() < deadline_) {
+      if (handshaking_) state_->count(&ListenerStats::slot_hold_expiries);
+      end_handshake();
+      arm(deadline_);
+      return;
+    }
+    state_->count(&ListenerStats::handshake_timeouts);
+    if (state_->options.on_handshake_timeout) state_->options.on_handshake_timeout();
+    KONN_LOG(listener_logger(), info, "{}: no handshake within {} ms, closed", log_name_,
+             state_->options.handshake_timeout.count());
+    close("handshake timeout");
+  }
+
+  // Frees this connection's handshake slot, once.
   void end_handshake() {
-    if (std::exchange(handshaking_, false)) state_->handshake_ended();
+    if (std::exchange(handshaking_, false)) state_->release_slot();
   }
 
   void finish() {
@@ -239,7 +295,10 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
   asio::io_context& ctx_;
   std::shared_ptr<State> state_;
   std::shared_ptr<asio::ssl::context> tls_;
-  asio::steady_timer timer_;
+  asio::steady_timer timer_;  // the slot's hold, then the deadline
+  // Accept + handshake_timeout; from its slot instead when it waited in line.
+  std::chrono::steady_clock::time_point deadline_;
+  int fd_ = -1;  // the socket's (owned by transport_, then the Connection)
   PeerInfo peer_;
   std::string log_name_;
   std::unique_ptr<Transport> transport_;  // until the Connection takes it
@@ -247,8 +306,38 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Connection> conn_;
   bool stopping_ = false;
   bool done_ = false;
-  bool handshaking_ = true;  // holds an admission slot (State::stats.handshaking), from creation
+  bool handshaking_ = false;  // holds a handshake slot (State::stats.handshaking)
 };
+
+bool Listener::State::take_slot(const std::shared_ptr<Session>& session) {
+  std::lock_guard lock(mu);
+  if (handshake_bound != 0 && (stats.handshaking >= handshake_bound || !waiting.empty())) {
+    // Those that gave up or timed out while they waited leave from the old end.
+    while (!waiting.empty() && waiting.front().expired()) waiting.pop_front();
+    waiting.push_back(session);
+    ++stats.admission_waits;
+    return false;
+  }
+  stats.handshaking_peak = std::max(stats.handshaking_peak, ++stats.handshaking);
+  return true;
+}
+
+void Listener::State::release_slot() {
+  std::shared_ptr<Session> next;
+  {
+    std::lock_guard lock(mu);
+    --stats.handshaking;
+    // Newest first: under a storm the line is longer than a deadline, and the oldest in it
+    // would time out in the middle of the handshake it was given (its CPU spent for nothing);
+    // the newest has its whole deadline ahead. Those left behind time out unread and retry.
+    while (!next && !waiting.empty()) {
+      next = waiting.back().lock();
+      waiting.pop_back();
+    }
+    if (next) ++stats.handshaking;  // handed on: the count does not dip
+  }
+  if (next) next->slot_granted();
+}
 
 Listener::Listener(asio::io_context& accept_ctx, core::io::WorkerPool& pool,
                    ListenerOptions options, AcceptHandler on_accept, CloseHandler on_close)
@@ -324,13 +413,6 @@ std::shared_ptr<core::net::PlacedAcceptor<Protocol>> Listener::start_accepting(
   auto acceptor = std::make_shared<core::net::PlacedAcceptor<Protocol>>(
       accept_ctx_, std::move(listening), follow, std::move(place), std::move(on_accept),
       std::move(on_error));
-  acceptor->set_admit([state = state_] { return state->admit(); });
-  {
-    std::lock_guard lock(state_->mu);
-    state_->resume.push_back([weak = std::weak_ptr(acceptor)] {
-      if (auto a = weak.lock()) a->resume();
-    });
-  }
   acceptor->start();
   return acceptor;
 }
@@ -341,8 +423,7 @@ void Listener::begin(const std::shared_ptr<State>& state, Socket socket,
   // A client that gave up while its connection waited in the listen backlog (its connect
   // timeout ran out under a storm) has already sent its FIN: closed here, before a TLS
   // handshake would spend a slot and a signature on it.
-  pollfd pfd{socket.native_handle(), POLLRDHUP, 0};
-  if (::poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+  if (peer_gave_up(socket.native_handle())) {
     state->count(&ListenerStats::abandoned);
     std::error_code ignored;
     socket.close(ignored);
@@ -360,10 +441,6 @@ void Listener::begin(const std::shared_ptr<State>& state, Socket socket,
           std::make_shared<Session>(state, std::move(placement), state->tls, ++state->next_id);
       state->sessions.emplace(state->next_id, session);
       state->stats.open = state->sessions.size();
-      // The admission slot: counted here, on the accepting thread, so that the acceptor's next
-      // Admit sees it; freed by the Session when its handshake ends.
-      state->stats.handshaking_peak =
-          std::max(state->stats.handshaking_peak, ++state->stats.handshaking);
     }
   }
   if (!session) {

@@ -50,15 +50,17 @@ struct ListenerOptions {
   // Told (on the connection's worker) of each connection closed at handshake_timeout, beside
   // ListenerStats::handshake_timeouts: a server counts it where its other limits are counted.
   std::function<void()> on_handshake_timeout;
-  // Handshake admission: TLS handshakes in flight (from accept to the end of the TLS handshake)
-  // at most this many per pool worker (0: no bound). At the bound the listener stops accepting:
-  // new connections wait in the kernel's listen backlog, which costs no descriptor, and are
-  // accepted as handshakes finish (or time out). Under a reconnect storm this keeps every
-  // handshake short of handshake_timeout instead of starting all of them and finishing none.
-  // Off (0) in the daemons: a slot is held from accept, so a few dozen connections that never
-  // send a byte would hold every slot for handshake_timeout and shut agents out (a slowloris on
-  // a network-facing port). It can be on once a slot is taken at the client's first bytes.
+  // Handshake admission: TLS handshakes in flight at most this many per pool worker (0: no
+  // bound). A connection asks for a slot once its client's first bytes arrived (a client that
+  // never speaks holds none) and waits in line, reading nothing, while every slot is taken; a
+  // slot that frees goes to the newest in line, which has its whole deadline ahead. Under a
+  // reconnect storm this keeps the handshakes begun short of handshake_timeout instead of
+  // starting all of them and finishing none, and a connection that waits past its deadline costs
+  // no handshake CPU.
   size_t max_handshakes_per_worker = 0;
+  // A slot is held at most this long: a client that stalls mid-handshake (or a slow one) goes on
+  // outside the bound, so stalled clients delay the line by this much, never shut it.
+  std::chrono::milliseconds handshake_slot_hold{1000};
   // Chooses the worker of the next connection (called before each accept, on the accept
   // context); empty: the pool's round robin. A server puts a connection beside the connections it
   // will most likely exchange packets with.
@@ -71,9 +73,10 @@ struct ListenerStats {
   uint64_t handshake_failures = 0;  // TLS handshake failed (bad certificate, no ALPN h2, ...)
   uint64_t handshake_timeouts = 0;
   uint64_t open = 0;  // accepted and not yet closed (any phase)
-  uint64_t handshaking = 0;       // in their TLS handshake now (admission counts these)
+  uint64_t handshaking = 0;       // holding a handshake slot now (admission counts these)
   uint64_t handshaking_peak = 0;  // the most at once so far
-  uint64_t admission_holds = 0;   // times accepting stopped at the handshake bound
+  uint64_t admission_waits = 0;   // connections that waited in line for a slot
+  uint64_t slot_hold_expiries = 0;  // handshakes that outlasted handshake_slot_hold
   uint64_t accept_errors = 0;     // accept() failed (EMFILE, ...): retried 100 ms later
   uint64_t abandoned = 0;  // the client had closed before it was accepted: closed unread
 };

@@ -32,6 +32,9 @@ class Transport {
   // TLS: the handshake, then a check that ALPN chose "h2" (an error otherwise). Plain: done at
   // once.
   virtual void async_handshake(bool server, std::function<void(std::error_code)> done) = 0;
+  // Waits until the peer has sent something (or closed), reading nothing: a server takes a TLS
+  // handshake slot only for a client that spoke. Done at once where there is nothing to wait on.
+  virtual void async_wait_readable(std::function<void(std::error_code)> done) { done({}); }
   // Reads what has arrived: at least one byte, or an error. Where the bytes are read into is the
   // transport's business: no buffer is held for an idle connection where that can be helped.
   virtual void async_read(ReadHandler done) = 0;
@@ -65,6 +68,9 @@ class SocketTransport final : public Transport {
   asio::any_io_executor executor() override { return socket_.get_executor(); }
   void async_handshake(bool /*server*/, std::function<void(std::error_code)> done) override {
     done({});
+  }
+  void async_wait_readable(std::function<void(std::error_code)> done) override {
+    socket_.async_wait(Socket::wait_read, std::move(done));
   }
   void async_read(ReadHandler done) override {
     if (std::exchange(more_, false)) {
@@ -175,6 +181,9 @@ class TlsTransport final : public Transport {
     }
     if (!server && !alpn_offered_) offer_h2_alpn(engine_.ssl());
     handshake_step(server, std::move(done));
+  }
+  void async_wait_readable(std::function<void(std::error_code)> done) override {
+    socket_.async_wait(Socket::wait_read, std::move(done));
   }
   // A client transport offers `protos` instead of "h2" alone (the handshake still fails unless
   // the server picks "h2"). Call before async_handshake; false if OpenSSL refused the list.

@@ -47,9 +47,6 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
   using OnAccept = std::function<void(Socket, Placement)>;
   // accept() failed (out of descriptors, most likely); the next try is 100 ms later.
   using OnError = std::function<void(const std::error_code&)>;
-  // Admission (home thread, before each placement): false leaves the next connection in the
-  // kernel's listen backlog, which costs no descriptor, until resume() (or a 200 ms recheck).
-  using Admit = std::function<bool()>;
 
   // `listening` is bound and listening, made on `home`.
   PlacedAcceptor(asio::io_context& home, Acceptor listening, bool follow, Place place,
@@ -61,9 +58,6 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
         place_(std::move(place)),
         on_accept_(std::move(on_accept)),
         on_error_(std::move(on_error)) {}
-
-  // Set before start().
-  void set_admit(Admit admit) { admit_ = std::move(admit); }
 
   PlacedAcceptor(const PlacedAcceptor&) = delete;
   PlacedAcceptor& operator=(const PlacedAcceptor&) = delete;
@@ -103,13 +97,6 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
     asio::post(*home, [self = this->shared_from_this(), home] { self->reconsider_here(home); });
   }
 
-  // Admission may allow a connection again (a handshake finished): an acceptor held back by
-  // Admit asks again. Any thread; nothing when it is not held back.
-  void resume() {
-    asio::io_context* home = current_home();
-    asio::post(*home, [self = this->shared_from_this(), home] { self->resume_here(home); });
-  }
-
   // Where the listening socket is now (its home; any thread).
   asio::io_context* current_home() {
     std::lock_guard lock(mu_);
@@ -140,23 +127,6 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
     acceptor_->cancel(ignored);
   }
 
-  // On `posted_to`, which was the home when resume() posted this.
-  void resume_here(asio::io_context* posted_to) {
-    asio::io_context* home;
-    {
-      std::lock_guard lock(mu_);
-      if (stopped_) return;
-      home = home_;
-    }
-    if (home != posted_to) {
-      asio::post(*home, [self = this->shared_from_this(), home] { self->resume_here(home); });
-      return;
-    }
-    if (!std::exchange(held_, false)) return;
-    if (retry_) retry_->cancel();
-    next();
-  }
-
   // On the home thread.
   void close_here() {
     if (retry_) retry_->cancel();
@@ -168,16 +138,6 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
   void next() {
     if (stopped()) {  // before place_(), which may use what the owner frees after stop()
       close_here();
-      return;
-    }
-    if (admit_ && !admit_()) {
-      // Held back: resume() continues; the recheck only guards against a lost resume().
-      held_ = true;
-      retry_.emplace(*home_, std::chrono::milliseconds(200));
-      retry_->async_wait([self = this->shared_from_this()](std::error_code e) {
-        if (e || self->stopped() || !std::exchange(self->held_, false)) return;
-        self->next();
-      });
       return;
     }
     Placement placement = place_();
@@ -253,8 +213,6 @@ class PlacedAcceptor : public std::enable_shared_from_this<PlacedAcceptor<Protoc
   Protocol protocol_;
   std::optional<asio::steady_timer> retry_;  // on the home context
   bool waiting_ = false;                     // an accept is pending (home thread)
-  bool held_ = false;                        // held back by admit_ (home thread)
-  Admit admit_;
   bool replace_ = false;                     // it was cancelled by reconsider() (home thread)
   const bool follow_;
   Place place_;
