@@ -157,7 +157,11 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
       if (self->state_->take_slot(self)) {
         self->start_handshake();
       } else {
-        self->timer_.cancel();  // in line: no deadline until its slot comes
+        // In line: the wait is the server's doing, so the client's deadline stops; a line that
+        // never moves still ends, and holds no descriptor for good.
+        self->in_line_ = true;
+        self->arm(self->deadline_ - self->state_->options.handshake_timeout +
+                  self->state_->options.handshake_line_timeout);
       }
     });
   }
@@ -167,6 +171,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
   // the client gave up while it waited.
   void slot_granted() {
     asio::post(ctx_, [self = shared_from_this()] {
+      self->in_line_ = false;
       if (!self->done_ && peer_gave_up(self->fd_)) {
         self->handshaking_ = true;  // close() frees it
         self->state_->count(&ListenerStats::abandoned);
@@ -260,10 +265,11 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  // The slot's hold ran out (the handshake goes on without it), or the deadline came.
+  // The slot's hold ran out (the handshake goes on without it), or the deadline came (the
+  // client's, or the line's).
   void on_timer() {
     if (done_ || (conn_ && conn_->peer_settings_received())) return;
-    if (std::chrono::steady_clock::now() < deadline_) {
+    if (!in_line_ && std::chrono::steady_clock::now() < deadline_) {
       if (handshaking_) state_->count(&ListenerStats::slot_hold_expiries);
       end_handshake();
       arm(deadline_);
@@ -307,6 +313,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
   bool stopping_ = false;
   bool done_ = false;
   bool handshaking_ = false;  // holds a handshake slot (State::stats.handshaking)
+  bool in_line_ = false;      // waits for one (State::waiting)
 };
 
 bool Listener::State::take_slot(const std::shared_ptr<Session>& session) {
@@ -327,9 +334,10 @@ void Listener::State::release_slot() {
   {
     std::lock_guard lock(mu);
     --stats.handshaking;
-    // Newest first: under a storm the line is longer than a deadline, and the oldest in it
-    // would time out in the middle of the handshake it was given (its CPU spent for nothing);
-    // the newest has its whole deadline ahead. Those left behind time out unread and retry.
+    // Newest first: under a storm the line outlasts clients' patience, and the oldest in it
+    // would give up in the middle of the handshake it was given (its CPU spent for nothing);
+    // the newest has its whole time ahead. Those left behind wait on: the ones whose client
+    // gave up are closed unread when their turn comes, or at the line's deadline.
     while (!next && !waiting.empty()) {
       next = waiting.back().lock();
       waiting.pop_back();

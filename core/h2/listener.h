@@ -61,6 +61,9 @@ struct ListenerOptions {
   // A slot is held at most this long: a client that stalls mid-handshake (or a slow one) goes on
   // outside the bound, so stalled clients delay the line by this much, never shut it.
   std::chrono::milliseconds handshake_slot_hold{1000};
+  // A connection in line for a slot is closed this long after accept (as a handshake timeout);
+  // it meets handshake_timeout from the moment it has a slot.
+  std::chrono::milliseconds handshake_line_timeout{60000};
   // Chooses the worker of the next connection (called before each accept, on the accept
   // context); empty: the pool's round robin. A server puts a connection beside the connections it
   // will most likely exchange packets with.

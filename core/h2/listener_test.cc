@@ -426,6 +426,31 @@ size_t open_descriptors() {
 
 }  // namespace
 
+TEST_CASE("h2 listener: a connection in line for a handshake slot is closed at the line's deadline") {
+  ListenerOptions o;
+  o.max_handshakes_per_worker = 1;  // two workers: two slots
+  o.handshake_timeout = 5s;
+  o.handshake_slot_hold = 10s;
+  o.handshake_line_timeout = 500ms;
+  Fixture f(o);
+  f.listener->set_tls_context(mtls_context());
+  f.listener->listen_tcp("127.0.0.1", 0);
+  std::vector<std::unique_ptr<RawPeer>> peers;
+  for (int i = 0; i < 3; ++i) {
+    peers.push_back(std::make_unique<RawPeer>(f.listener->port()));
+    peers.back()->write(std::string("\x16\x03\x01\x02\x00", 5));  // a ClientHello's start
+    if (i == 1) REQUIRE(f.eventually([&] { return f.listener->stats().handshaking == 2; }));
+  }
+  REQUIRE(f.eventually([&] { return f.listener->stats().admission_waits == 1; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(peers[2]->wait_eof(3s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(f.eventually([&] { return f.listener->stats().open == 2; }));
+  const auto s = f.listener->stats();
+  CHECK(s.handshake_timeouts == 1);
+  CHECK(s.handshaking == 2);  // the slot holders go on, within their own deadline
+}
+
 TEST_CASE(
     "h2 listener: handshake admission gives slots to clients that spoke, newest first, for a bounded "
     "hold: silent and stalled clients shut no one out (issue 42)") {
