@@ -59,6 +59,9 @@ std::optional<PeerCertificate> peer_certificate(SSL* ssl) {
   return out;
 }
 
+// How often a connection in line for a handshake slot looks whether its client is still there.
+constexpr std::chrono::seconds kLineCheck{1};
+
 // The client has closed its end (its FIN, or a reset, is in): nothing it sent will be answered.
 bool peer_gave_up(int fd) {
   pollfd pfd{fd, POLLRDHUP, 0};
@@ -160,8 +163,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
         // In line: the wait is the server's doing, so the client's deadline stops; a line that
         // never moves still ends, and holds no descriptor for good.
         self->in_line_ = true;
-        self->arm(self->deadline_ - self->state_->options.handshake_timeout +
-                  self->state_->options.handshake_line_timeout);
+        self->arm(std::min(self->line_deadline(), std::chrono::steady_clock::now() + kLineCheck));
       }
     });
   }
@@ -269,6 +271,20 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
   // client's, or the line's).
   void on_timer() {
     if (done_ || (conn_ && conn_->peer_settings_received())) return;
+    if (in_line_) {
+      // A client that gave up frees its descriptor now, not when its turn comes: under a storm
+      // it reconnects meanwhile, and the dead connections would fill the process's descriptors.
+      if (peer_gave_up(fd_)) {
+        state_->count(&ListenerStats::abandoned);
+        close("the client gave up waiting for its handshake");
+        return;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now < line_deadline()) {
+        arm(std::min(line_deadline(), now + kLineCheck));
+        return;
+      }
+    }
     if (!in_line_ && std::chrono::steady_clock::now() < deadline_) {
       if (handshaking_) state_->count(&ListenerStats::slot_hold_expiries);
       end_handshake();
@@ -280,6 +296,10 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     KONN_LOG(listener_logger(), info, "{}: no handshake within {} ms, closed", log_name_,
              state_->options.handshake_timeout.count());
     close("handshake timeout");
+  }
+
+  std::chrono::steady_clock::time_point line_deadline() const {
+    return deadline_ - state_->options.handshake_timeout + state_->options.handshake_line_timeout;
   }
 
   // Frees this connection's handshake slot, once.

@@ -426,7 +426,9 @@ size_t open_descriptors() {
 
 }  // namespace
 
-TEST_CASE("h2 listener: a connection in line for a handshake slot is closed at the line's deadline") {
+TEST_CASE(
+    "h2 listener: a connection in line for a handshake slot is closed at the line's deadline, or "
+    "as soon as its client gives up") {
   ListenerOptions o;
   o.max_handshakes_per_worker = 1;  // two workers: two slots
   o.handshake_timeout = 5s;
@@ -444,10 +446,17 @@ TEST_CASE("h2 listener: a connection in line for a handshake slot is closed at t
   REQUIRE(f.eventually([&] { return f.listener->stats().admission_waits == 1; }));
   const auto t0 = std::chrono::steady_clock::now();
   CHECK(peers[2]->wait_eof(3s));
+  // One more in line whose client gives up: closed within the line's check (1 s), unread.
+  RawPeer quitter(f.listener->port());
+  quitter.write(std::string("\x16\x03\x01\x02\x00", 5));
+  REQUIRE(f.eventually([&] { return f.listener->stats().admission_waits == 2; }));
+  quitter.socket().close();
+  CHECK(f.eventually([&] { return f.listener->stats().abandoned == 1; }, 3s));
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);
   CHECK(f.eventually([&] { return f.listener->stats().open == 2; }));
   const auto s = f.listener->stats();
   CHECK(s.handshake_timeouts == 1);
+  CHECK(s.handshake_failures == 0);
   CHECK(s.handshaking == 2);  // the slot holders go on, within their own deadline
 }
 
