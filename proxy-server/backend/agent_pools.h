@@ -82,7 +82,7 @@ class AgentPools {
     for (const auto& key : exact_keys(ids)) by_host_[key].insert(a);
     if (!ids.cidrs.empty()) {
       with_cidrs_.insert(a);
-      for (const auto& c : distinct(ids.cidrs)) ++cidr_keys_[c];
+      for (const auto& c : cidr_keys(ids)) ++cidr_keys_[c];
     }
   }
 
@@ -97,7 +97,7 @@ class AgentPools {
       if (it->second.empty()) by_host_.erase(it);
     }
     if (with_cidrs_.erase(a)) {
-      for (const auto& c : distinct(ids.cidrs)) {
+      for (const auto& c : cidr_keys(ids)) {
         auto it = cidr_keys_.find(c);
         if (it != cidr_keys_.end() && --it->second == 0) cidr_keys_.erase(it);
       }
@@ -163,22 +163,24 @@ class AgentPools {
   }
 
  private:
-  static std::vector<std::string> distinct(const std::vector<std::string>& values) {
-    std::vector<std::string> out;
+  // Appends to `out` those of `values` it does not hold yet (an agent may repeat a value).
+  static void add_distinct(std::vector<std::string>& out, const std::vector<std::string>& values) {
     for (const auto& v : values) {
       if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
     }
-    return out;
   }
 
-  // The distinct host/ipv4/ipv6 values (an agent may repeat one).
+  // The distinct host/ipv4/ipv6 values.
   static std::vector<std::string> exact_keys(const core::tunnel::AgentIdentifiers& ids) {
     std::vector<std::string> keys;
-    for (const auto* list : {&ids.hosts, &ids.ipv4, &ids.ipv6}) {
-      for (const auto& v : *list) {
-        if (std::find(keys.begin(), keys.end(), v) == keys.end()) keys.push_back(v);
-      }
-    }
+    for (const auto* list : {&ids.hosts, &ids.ipv4, &ids.ipv6}) add_distinct(keys, *list);
+    return keys;
+  }
+
+  // The distinct cidr values.
+  static std::vector<std::string> cidr_keys(const core::tunnel::AgentIdentifiers& ids) {
+    std::vector<std::string> keys;
+    add_distinct(keys, ids.cidrs);
     return keys;
   }
 
