@@ -174,12 +174,8 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
   void slot_granted() {
     asio::post(ctx_, [self = shared_from_this()] {
       self->in_line_ = false;
-      if (!self->done_ && peer_gave_up(self->fd_)) {
-        self->handshaking_ = true;  // close() frees it
-        self->state_->count(&ListenerStats::abandoned);
-        self->close("the client gave up waiting for its handshake");
-        return;
-      }
+      self->handshaking_ = true;  // it holds the slot: close() or the handshake frees it
+      if (!self->done_ && self->close_if_abandoned()) return;
       self->deadline_ = std::chrono::steady_clock::now() + self->state_->options.handshake_timeout;
       self->start_handshake();
     });
@@ -274,11 +270,7 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     if (in_line_) {
       // A client that gave up frees its descriptor now, not when its turn comes: under a storm
       // it reconnects meanwhile, and the dead connections would fill the process's descriptors.
-      if (peer_gave_up(fd_)) {
-        state_->count(&ListenerStats::abandoned);
-        close("the client gave up waiting for its handshake");
-        return;
-      }
+      if (close_if_abandoned()) return;
       const auto now = std::chrono::steady_clock::now();
       if (now < line_deadline()) {
         arm(std::min(line_deadline(), now + kLineCheck));
@@ -296,6 +288,14 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     KONN_LOG(listener_logger(), info, "{}: no handshake within {} ms, closed", log_name_,
              state_->options.handshake_timeout.count());
     close("handshake timeout");
+  }
+
+  // A client that gave up while its connection waited in line: closed unread, and counted.
+  bool close_if_abandoned() {
+    if (!peer_gave_up(fd_)) return false;
+    state_->count(&ListenerStats::abandoned);
+    close("the client gave up waiting for its handshake");
+    return true;
   }
 
   std::chrono::steady_clock::time_point line_deadline() const {
