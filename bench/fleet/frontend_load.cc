@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <random>
+#include <utility>
 
 #include <asio/local/stream_protocol.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "core/h2/connection.h"
@@ -37,6 +39,7 @@ struct FrontTunnel {
   Clock::time_point started;
   size_t echo_wanted = 0;  // bytes of the round trip still to come back
   std::function<void()> on_echo;
+  bool over = false;  // Done or Failed, counted in its connection's conn_over
 };
 
 }  // namespace
@@ -45,6 +48,7 @@ struct FrontendLoad::Impl {
   asio::io_context& io;
   FrontendConfig cfg;
   std::vector<std::shared_ptr<h2::Connection>> conns;
+  std::vector<uint64_t> conn_over;  // per connection: its tunnels that are over
   std::vector<FrontTunnel> tunnels;
   std::mt19937_64 rng{42};
   FrontendResult* result = nullptr;
@@ -75,7 +79,7 @@ struct FrontendLoad::Impl {
     auto conn = h2::Connection::create(h2::Connection::Role::Client,
                                        std::make_unique<h2::UnixTransport>(std::move(s)), o);
     conn->start();
-    if (conns.size() <= c) conns.resize(c + 1);
+    if (conns.size() <= c) conns.resize(c + 1), conn_over.resize(c + 1);
     conns[c] = conn;
     if (result) ++result->connections;
     return conn;
@@ -83,6 +87,22 @@ struct FrontendLoad::Impl {
 
   void send(FrontTunnel& t, const Packet& p) {
     if (t.stream) t.stream->send_message(p.SerializeAsString());
+  }
+
+  // Tunnel i is over (closed, or failed). With churn, a connection whose tunnels are all over
+  // is closed, as kube-apiserver closes a request's connection: a run of many dials does not
+  // hold a descriptor in the server for each.
+  void over(uint64_t i) {
+    FrontTunnel& t = tunnels[i];
+    if (std::exchange(t.over, true) || !cfg.churn) return;
+    const uint64_t k = std::max<uint64_t>(1, cfg.streams_per_conn);
+    const uint64_t c = i / k;
+    if (c >= conns.size()) return;  // its connection never opened
+    const uint64_t expected = std::min<uint64_t>(k, tunnels.size() - c * k);
+    if (++conn_over[c] == expected && conns[c]) {
+      // Posted: this runs inside one of the connection's own callbacks.
+      asio::post(io, [conn = std::move(conns[c])] { conn->close("done"); });
+    }
   }
 
   void fail(uint64_t i, const std::string& why) {
@@ -100,6 +120,7 @@ struct FrontendLoad::Impl {
       auto s = std::move(t.stream);
       s->cancel();
     }
+    over(i);
   }
 
   void dial(uint64_t i) {
@@ -122,6 +143,7 @@ struct FrontendLoad::Impl {
       } else if (tt.state == TState::Closing) {
         tt.state = TState::Done;
         if (closing) --closing;
+        over(i);
       } else if (tt.state == TState::Open) {
         tt.state = TState::Failed;
         if (tt.on_echo) {
@@ -129,6 +151,7 @@ struct FrontendLoad::Impl {
           auto f = std::move(tt.on_echo);
           f();
         }
+        over(i);
       }
     };
     t.stream = conn->start_call("/ProxyService/Proxy", {}, std::move(cb));
@@ -162,6 +185,7 @@ struct FrontendLoad::Impl {
         t.state = TState::Failed;
         auto s = std::move(t.stream);
         if (s) s->cancel();
+        over(i);
         return;
       }
       result->dial.us.push_back(
@@ -197,6 +221,7 @@ struct FrontendLoad::Impl {
   void run_until(Pred done, std::chrono::milliseconds limit) {
     const auto end = Clock::now() + limit;
     asio::steady_timer tick(io);
+    if (io.stopped()) io.restart();
     while (!done() && Clock::now() < end) {
       tick.expires_after(std::chrono::milliseconds(50));
       tick.async_wait([](std::error_code) {});
