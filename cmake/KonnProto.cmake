@@ -5,7 +5,7 @@ find_package(gRPC CONFIG REQUIRED)
 
 # konn_proto_library(target PROTO_ROOT dir PROTOS a.proto b.proto): generates message and gRPC
 # service code with protoc + grpc_cpp_plugin into the build tree. `target` holds the messages
-# (protobuf only: what the daemons link); `target`_grpc adds the gRPC C++ service stubs, for tests
+# (protobuf-lite only: what the daemons link); `target`_grpc adds the gRPC C++ service stubs, for tests
 # and tools that use gRPC C++ as a reference peer (no daemon links it: ARCHITECTURE, invariants).
 function(konn_proto_library target)
   cmake_parse_arguments(ARG "" "PROTO_ROOT" "PROTOS" ${ARGN})
@@ -33,7 +33,7 @@ function(konn_proto_library target)
   endforeach()
   add_library(${target} STATIC ${srcs})
   target_include_directories(${target} SYSTEM PUBLIC ${out})
-  target_link_libraries(${target} PUBLIC protobuf::libprotobuf)
+  target_link_libraries(${target} PUBLIC protobuf::libprotobuf-lite)
   add_library(${target}_grpc STATIC ${grpc_srcs})
   target_link_libraries(${target}_grpc PUBLIC ${target} gRPC::grpc++)
 endfunction()

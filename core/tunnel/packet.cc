@@ -166,21 +166,23 @@ std::string serialize_data_head(int type, uint64_t connect_id, size_t bytes, siz
   return out;
 }
 
-// True for the packets encoded here: DATA (or its node twin) with nothing but a connectID and
-// bytes, which is every DATA konn or upstream sends.
-bool plain_data(const Packet& p) {
-  return p.has_data() && (p.type() == DATA || p.type() == KONN_NODE_DATA) &&
-         p.data().error().empty() && p.GetReflection()->GetUnknownFields(p).empty() &&
-         p.data().GetReflection()->GetUnknownFields(p.data()).empty();
+// DATA (or its node twin): every DATA konn or upstream sends holds nothing but a connectID and
+// bytes, and frame_packet() writes those itself.
+bool data_packet(const Packet& p) {
+  return p.has_data() && (p.type() == DATA || p.type() == KONN_NODE_DATA);
 }
 
 }  // namespace
 
 FramedPacket frame_packet(const Packet& p) {
-  if (plain_data(p)) {
-    return {serialize_data_head(p.type(), static_cast<uint64_t>(p.data().connectid()),
-                                p.data().data().size()),
-            p.data().data()};
+  if (data_packet(p)) {
+    std::string head = serialize_data_head(p.type(), static_cast<uint64_t>(p.data().connectid()),
+                                           p.data().data().size());
+    // The head and the payload are the whole message unless it holds more (an error, or fields
+    // unknown here, which protobuf-lite keeps and counts): those are serialised as they are.
+    if (head.size() - h2::kGrpcPrefixBytes + p.data().data().size() == p.ByteSizeLong()) {
+      return {std::move(head), p.data().data()};
+    }
   }
   const size_t size = p.ByteSizeLong();
   std::string framed(h2::kGrpcPrefixBytes + size, '\0');
