@@ -159,7 +159,9 @@ int run_agents(Flags& f) {
     } catch (const std::exception& e) {
       usage_error(std::string("TLS files: ") + e.what());
     }
-    SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS);
+    // Exactly the certificates of the file, as upstream's agent (Go) sends: OpenSSL would add
+    // the CA from the trust store, which the server then decodes for nothing.
+    SSL_CTX_set_mode(ctx->native_handle(), SSL_MODE_RELEASE_BUFFERS | SSL_MODE_NO_AUTO_CHAIN);
     cfg.tls = ctx;
   }
 

@@ -42,6 +42,34 @@ int select_alpn(SSL* /*ssl*/, const unsigned char** out, unsigned char* outlen,
   return SSL_TLSEXT_ERR_OK;
 }
 
+// The certificates sent after ours, chosen once. A certificate file that holds no chain makes
+// OpenSSL build one from the trust store on every handshake, the root included: a twentieth of a
+// server's CPU while its agents reconnect, and every peer then decodes a certificate it already
+// trusts (in OpenSSL 3.0 the costliest step of a handshake). Built here once, as OpenSSL would
+// (as far as the store reaches, trusted or not), without a self-signed root, which a peer must
+// hold to trust anyway. A file with its own chain is sent as it is.
+void settle_chain(SSL_CTX* ctx) {
+  STACK_OF(X509)* own = nullptr;
+  if (SSL_CTX_get0_chain_certs(ctx, &own) == 1 && own != nullptr && sk_X509_num(own) > 0) return;
+  X509* leaf = SSL_CTX_get0_certificate(ctx);
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  if (leaf == nullptr || store == nullptr) return;
+  STACK_OF(X509)* chain = nullptr;
+  X509_STORE_CTX* build = X509_STORE_CTX_new();
+  if (build != nullptr && X509_STORE_CTX_init(build, store, leaf, nullptr) == 1) {
+    (void)X509_verify_cert(build);  // a chain that reaches no trusted root still goes as far as it can
+    chain = X509_STORE_CTX_get1_chain(build);
+  }
+  X509_STORE_CTX_free(build);
+  ERR_clear_error();
+  if (chain == nullptr) return;  // OpenSSL keeps building it per handshake, as before
+  X509_free(sk_X509_shift(chain));  // the leaf is sent on its own
+  const int n = sk_X509_num(chain);
+  if (n > 0 && X509_self_signed(sk_X509_value(chain, n - 1), 0) == 1) X509_free(sk_X509_pop(chain));
+  // Even empty, a chain set here stops the per-handshake search.
+  if (SSL_CTX_set0_chain(ctx, chain) != 1) sk_X509_pop_free(chain, X509_free);
+}
+
 }  // namespace
 
 std::shared_ptr<asio::ssl::context> make_client_context(const ClientTlsConfig& config) {
@@ -77,6 +105,7 @@ std::shared_ptr<asio::ssl::context> make_client_context(const ClientTlsConfig& c
     if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
       throw std::runtime_error("client key does not match the client certificate");
     }
+    settle_chain(ctx->native_handle());
   }
   if (!config.alpn.empty()) {
     std::string wire = alpn_wire(config.alpn);
@@ -130,6 +159,7 @@ std::shared_ptr<asio::ssl::context> make_server_context(const ServerTlsConfig& c
     }
     ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
   }
+  settle_chain(ctx->native_handle());
   if (!config.alpn.empty()) {
     // OpenSSL keeps only a pointer to the wire string, so it must live as long as the context.
     auto wire = std::make_shared<std::string>(alpn_wire(config.alpn));
