@@ -297,10 +297,7 @@ void ServerApp::start_agent_listener() {
                           const core::h2::PeerInfo& peer) -> core::h2::Connection::CallHandler {
     auto& home = home_of(*conn);
     size_t index = worker_index(home);
-    // Kept for the connection's life: without the certificate's PEM (its names suffice).
-    core::h2::PeerInfo kept = peer;
-    if (kept.certificate) kept.certificate->pem.clear();
-    return [this, &home, index, peer = std::move(kept)](
+    return [this, &home, index, peer](
                const std::shared_ptr<core::h2::Stream>& stream, const core::h2::CallInfo& call) {
       if (call.path != kConnectPath) {
         refuse_method(*stream, call, kConnectPath);

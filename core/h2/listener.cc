@@ -17,7 +17,6 @@
 #include <asio/post.hpp>
 #include <asio/ssl.hpp>
 #include <fmt/format.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
@@ -47,16 +46,9 @@ std::string address_text(const asio::ip::tcp::endpoint& ep) {
 // The verified client certificate of a completed handshake, if any.
 std::optional<PeerCertificate> peer_certificate(SSL* ssl) {
   if (ssl == nullptr || SSL_get_verify_result(ssl) != X509_V_OK) return std::nullopt;
-  std::unique_ptr<X509, decltype(&X509_free)> cert(SSL_get1_peer_certificate(ssl), &X509_free);
-  if (!cert) return std::nullopt;
-  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), &BIO_free);
-  if (!bio || PEM_write_bio_X509(bio.get(), cert.get()) != 1) return std::nullopt;
-  char* data = nullptr;
-  const long len = BIO_get_mem_data(bio.get(), &data);
-  PeerCertificate out;
-  out.pem.assign(data, static_cast<size_t>(len));
-  out.names = core::tls::certificate_names(cert.get());  // not decoded again from the PEM
-  return out;
+  const X509* cert = SSL_get0_peer_certificate(ssl);
+  if (cert == nullptr) return std::nullopt;
+  return PeerCertificate{core::tls::certificate_names(cert)};
 }
 
 // How often a connection in line for a handshake slot looks whether its client is still there.
@@ -223,8 +215,6 @@ class Listener::Session : public std::enable_shared_from_this<Session> {
     conn_ = Connection::create(Connection::Role::Server, std::move(transport_), std::move(options));
     Connection::CallHandler handler;
     if (state_->on_accept) handler = state_->on_accept(conn_, peer_);
-    // The PEM was for the owner's decision; a connection does not keep it for its life.
-    if (peer_.certificate) std::string().swap(peer_.certificate->pem);
     if (!handler) {
       KONN_LOG(listener_logger(), info, "{}: refused by its owner", log_name_);
       auto conn = std::exchange(conn_, nullptr);

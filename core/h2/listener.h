@@ -23,7 +23,6 @@ namespace konn::core::h2 {
 // A client certificate the TLS context verified, as the owner needs it to authorize the peer
 // (--verify-agent-identifiers=cert reads its names).
 struct PeerCertificate {
-  std::string pem;                    // the leaf certificate (AcceptHandler only; empty after)
   core::tls::CertificateNames names;  // its common name, DNS and IP subjectAltNames
 };
 

@@ -18,7 +18,7 @@ std::optional<CertificateNames> certificate_names(const std::string& pem) {
   return certificate_names(cert.get());
 }
 
-CertificateNames certificate_names(X509* cert) {
+CertificateNames certificate_names(const X509* cert) {
   CertificateNames out;
   char cn[256] = {};
   int n =

@@ -21,6 +21,6 @@ struct CertificateNames {
 // Reads the first certificate of `pem`. nullopt when it does not parse.
 std::optional<CertificateNames> certificate_names(const std::string& pem);
 // The names of a certificate already decoded (a TLS peer's: no second decoding).
-CertificateNames certificate_names(X509* cert);
+CertificateNames certificate_names(const X509* cert);
 
 }  // namespace konn::core::tls
