@@ -2,9 +2,10 @@
 """Checks that no daemon binary links gRPC C++ (docs/ARCHITECTURE.md, Invariants).
 
 Runs `ldd` on each binary given and fails when it needs a shared library of gRPC (libgrpc++,
-libgrpc, libgpr and their kin) or of Abseil (libabsl_*, which only gRPC brings in): the daemons
-speak gRPC on core/h2, and protobuf (libprotobuf) is all they need for the messages. gRPC C++
-stays in tests/, test-client/ and bench/.
+libgrpc, libgpr and their kin), of Abseil (libabsl_*, which only gRPC brings in) or the full
+Protobuf runtime (libprotobuf): the daemons speak gRPC on core/h2, and protobuf-lite
+(libprotobuf-lite) is all they need for the messages. gRPC C++ stays in tests/, test-client/ and
+bench/.
 
 Prints one line per offending library and exits 1 when there is any (or when a binary is missing
 or ldd fails); run by ctest as lint.daemon_links on the four daemons.
@@ -17,8 +18,8 @@ import subprocess
 import sys
 
 # A needed library's soname: gRPC's own (libgrpc++, libgrpc, libgrpc_unsecure, libgpr,
-# libaddress_sorting, libupb) and Abseil's.
-FORBIDDEN = re.compile(r"^(libgrpc|libgpr|libaddress_sorting|libupb|libabsl_)")
+# libaddress_sorting, libupb), Abseil's, and the full Protobuf runtime (not libprotobuf-lite).
+FORBIDDEN = re.compile(r"^(libgrpc|libgpr|libaddress_sorting|libupb|libabsl_|libprotobuf\.so)")
 
 
 def needed(binary):
@@ -52,9 +53,10 @@ def main(argv):
             continue
         bad = sorted({lib for lib in libs if FORBIDDEN.match(lib)})
         for lib in bad:
-            errors.append(f"{name}: links {lib} (gRPC C++ or Abseil; daemons use core/h2)")
+            errors.append(f"{name}: links {lib} (gRPC C++, Abseil or full Protobuf; daemons use "
+                          "core/h2 and protobuf-lite)")
         if not bad:
-            print(f"{name}: OK ({len(libs)} libraries, no gRPC C++ or Abseil)")
+            print(f"{name}: OK ({len(libs)} libraries, no gRPC C++, Abseil or full Protobuf)")
     for e in errors:
         print(e)
     if errors:
