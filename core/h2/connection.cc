@@ -280,7 +280,7 @@ bool Stream::submit_response_headers(bool with_data) {
   provider.read_callback = cb_read_data;
   const int rv = nghttp2_submit_response(conn_->session(), id_, nv.data(), nv.size(),
                                          with_data ? &provider : nullptr);
-  headers_in_.clear();
+  Metadata().swap(headers_in_);  // nghttp2 copied them; the stream keeps no block for its life
   data_started_ = with_data;
   return rv == 0;
 }
@@ -554,6 +554,10 @@ Connection::Connection(Role role, std::unique_ptr<Transport> transport, Connecti
   // that such state would have refused.
   nghttp2_option_set_no_closed_streams(opt, 1);
   if (role_ == Role::Server) {
+    // No HPACK dynamic table for what a server sends: a gRPC response's headers and trailers are
+    // a few short fields, and the table's ring and entries stayed with every connection for its
+    // life (an agent's is as long-lived as the agent). The peer is told by a table size update.
+    nghttp2_option_set_max_deflate_dynamic_table_size(opt, 0);
     nghttp2_session_server_new3(&session_, cbs, this, opt, session_memory());
   } else {
     nghttp2_session_client_new3(&session_, cbs, this, opt, session_memory());
@@ -1036,7 +1040,8 @@ void Connection::finish_server_headers(Stream& s) {
       info.metadata.emplace_back(std::move(k), std::move(v));
     }
   }
-  s.headers_in_.clear();
+  // Its block too: an agent's stream lives as long as the agent (a kilobyte each, issue 42).
+  Metadata().swap(s.headers_in_);
   s.request_seen_ = true;
   auto stream = streams_.at(s.id_);
   const bool grpc_type =

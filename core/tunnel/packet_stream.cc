@@ -59,7 +59,7 @@ bool PacketStream::send(Packet&& p, std::shared_ptr<WriteListener> listener) {
     size_t bytes = data_size(p);
     add_queued_locked(static_cast<int64_t>(bytes));
     const auto tunnel = tunnel_of(p);
-    std::deque<Item>* queue = &control_;
+    Queue* queue = &control_;
     // With nothing written or waiting the packet goes out at once: its tunnel needs no queue.
     if (tunnel && (writing_ || waiting_locked())) {
       auto [it, added] = lanes_.try_emplace(*tunnel);

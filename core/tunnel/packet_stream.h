@@ -2,13 +2,13 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
 #include "core/h2/grpc_status.h"
+#include "core/h2/idle_free_queue.h"
 #include "core/relay/read_gate.h"
 #include "core/tunnel/packet.h"
 #include "konnectivity/client.pb.h"
@@ -141,12 +141,14 @@ class PacketStream : public std::enable_shared_from_this<PacketStream> {
   mutable std::mutex mu_;
   // Waiting packets. Dials, dial answers with an error, credit and drain wait in control_ (as
   // does, for an instant, a packet sent while nothing waits); a tunnel's in its lane. Lanes exist
-  // while they hold packets, in the order they will be served; an idle stream allocates none.
+  // while they hold packets, in the order they will be served; an idle stream allocates none
+  // (nor does its empty control queue: an agent's stream lives as long as the agent).
+  using Queue = h2::IdleFreeQueue<Item>;
   struct Lane {
     int64_t tunnel;
-    std::deque<Item> items;
+    Queue items;
   };
-  std::deque<Item> control_;
+  Queue control_;
   std::list<Lane> turns_;
   std::unordered_map<int64_t, std::list<Lane>::iterator> lanes_;
   Item in_flight_;                       // being written while writing_
