@@ -5,8 +5,9 @@ find_package(gRPC CONFIG REQUIRED)
 
 # konn_proto_library(target PROTO_ROOT dir PROTOS a.proto b.proto): generates message and gRPC
 # service code with protoc + grpc_cpp_plugin into the build tree. `target` holds the messages
-# (protobuf-lite only: what the daemons link); `target`_grpc adds the gRPC C++ service stubs, for tests
-# and tools that use gRPC C++ as a reference peer (no daemon links it: ARCHITECTURE, invariants).
+# (protobuf-lite only: what the daemons link); `target`_grpc adds the gRPC C++ service stubs, for
+# tests and tools that use gRPC C++ as a reference peer (no daemon links it: ARCHITECTURE,
+# invariants).
 function(konn_proto_library target)
   cmake_parse_arguments(ARG "" "PROTO_ROOT" "PROTOS" ${ARGN})
   set(out ${CMAKE_CURRENT_BINARY_DIR}/gen)

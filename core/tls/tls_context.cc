@@ -57,7 +57,8 @@ void settle_chain(SSL_CTX* ctx) {
   STACK_OF(X509)* chain = nullptr;
   X509_STORE_CTX* build = X509_STORE_CTX_new();
   if (build != nullptr && X509_STORE_CTX_init(build, store, leaf, nullptr) == 1) {
-    (void)X509_verify_cert(build);  // a chain that reaches no trusted root still goes as far as it can
+    // A chain that reaches no trusted root still goes as far as the store reaches.
+    (void)X509_verify_cert(build);
     chain = X509_STORE_CTX_get1_chain(build);
   }
   X509_STORE_CTX_free(build);

@@ -55,7 +55,8 @@ std::vector<std::string> chain_names(asio::ssl::context& ctx) {
 // root, `leaf-chain.crt` the leaf and the intermediate.
 void make_intermediate_chain(const std::string& dir) {
   const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-  const std::string ca_ext = "printf 'basicConstraints=critical,CA:TRUE\\nkeyUsage=critical,keyCertSign\\n'";
+  const std::string ca_ext =
+      "printf 'basicConstraints=critical,CA:TRUE\\nkeyUsage=critical,keyCertSign\\n'";
   const std::string script =
       "set -e; cd '" + dir + "'; " +
       "openssl req -x509 " + ec + " -keyout root.key -out root.crt -subj /CN=test-root -days 2"
@@ -76,7 +77,8 @@ void make_intermediate_chain(const std::string& dir) {
 // OpenSSL builds a certificate file's missing chain from the trust store on every handshake, the
 // root included (issue 42: a twentieth of a server's CPU in a reconnect storm, and the peer
 // decoding a certificate it already trusts). The contexts settle it once, without the root.
-TEST_CASE("tls contexts: the chain sent after the certificate is settled once and leaves out the root") {
+TEST_CASE(
+    "tls contexts: the chain sent after the certificate is settled once and leaves out the root") {
   using namespace konn::core::tls;
   const auto& certs = konn::testsupport::test_certs();
   SECTION("a certificate issued by the root: nothing is sent after it") {
@@ -92,8 +94,8 @@ TEST_CASE("tls contexts: the chain sent after the certificate is settled once an
   konn::testsupport::TempDir dir("konn-chain");
   make_intermediate_chain(dir.path());
   SECTION("an intermediate from the trust store is sent, its root is not") {
-    auto server =
-        make_server_context({dir.file("leaf.crt"), dir.file("leaf.key"), dir.file("bundle.crt"), {}});
+    auto server = make_server_context(
+        {dir.file("leaf.crt"), dir.file("leaf.key"), dir.file("bundle.crt"), {}});
     CHECK(chain_names(*server) == std::vector<std::string>{"test-intermediate"});
     ClientTlsConfig c;
     c.ca_pem = read_file(dir.file("bundle.crt"));
