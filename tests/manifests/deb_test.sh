@@ -37,7 +37,7 @@ for daemon in proxy-server proxy-agent socks5 kubeproxy-http; do
   echo "konn-$daemon Depends: $depends"
   # dpkg-shlibdeps found the shared libraries' packages.
   case "$daemon" in
-    proxy-server | proxy-agent) want="libc6 libstdc++6 libssl3 libyaml-cpp libnghttp2 libprotobuf" ;;
+    proxy-server | proxy-agent) want="libc6 libstdc++6 libssl3 libyaml-cpp libnghttp2 libprotobuf-lite" ;;
     socks5) want="libc6 libstdc++6 libyaml-cpp libc-ares2 libcrypt1" ;;
     kubeproxy-http) want="libc6 libstdc++6 libssl3 libyaml-cpp" ;;
   esac
@@ -47,6 +47,8 @@ for daemon in proxy-server proxy-agent socks5 kubeproxy-http; do
   # No daemon runs gRPC C++ (docs/ARCHITECTURE.md, invariant 26): a node installs no libgrpc.
   [[ "$depends" != *libgrpc* && "$depends" != *libabsl* ]] ||
     fail "konn-$daemon: Depends names gRPC C++ or Abseil"
+  # protobuf-lite only (invariant 26): the full runtime is libprotobuf<N>, lite libprotobuf-lite<N>.
+  [[ ! "$depends" =~ libprotobuf[0-9] ]] || fail "konn-$daemon: Depends names the full Protobuf"
   dpkg-deb --contents "${deb[0]}" | grep "\./usr/bin/$daemon\$" >/dev/null ||
     fail "konn-$daemon does not hold /usr/bin/$daemon"
   [ -x "$root/usr/bin/$daemon" ] || fail "$daemon missing after dpkg -x"
