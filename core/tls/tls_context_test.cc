@@ -1,8 +1,6 @@
 #include "core/tls/tls_context.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <openssl/ssl.h>
 
+#include "core/tls/pem.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_certs.h"
 
@@ -28,13 +27,6 @@ TEST_CASE("make_server_context: an Asio TLS stream on it releases idle record bu
 }
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The subject common names of the certificates a context sends after its own.
 std::vector<std::string> chain_names(asio::ssl::context& ctx) {
@@ -85,9 +77,9 @@ TEST_CASE(
     auto server = make_server_context({certs.server_crt, certs.server_key, certs.ca_crt, {}});
     CHECK(chain_names(*server).empty());
     ClientTlsConfig c;
-    c.ca_pem = read_file(certs.ca_crt);
-    c.cert_pem = read_file(certs.agent_crt);
-    c.key_pem = read_file(certs.agent_key);
+    c.ca_pem = konn::core::tls::read_pem(certs.ca_crt);
+    c.cert_pem = konn::core::tls::read_pem(certs.agent_crt);
+    c.key_pem = konn::core::tls::read_pem(certs.agent_key);
     auto client = make_client_context(c);
     CHECK(chain_names(*client).empty());
   }
@@ -98,9 +90,9 @@ TEST_CASE(
         {dir.file("leaf.crt"), dir.file("leaf.key"), dir.file("bundle.crt"), {}});
     CHECK(chain_names(*server) == std::vector<std::string>{"test-intermediate"});
     ClientTlsConfig c;
-    c.ca_pem = read_file(dir.file("bundle.crt"));
-    c.cert_pem = read_file(dir.file("leaf.crt"));
-    c.key_pem = read_file(dir.file("leaf.key"));
+    c.ca_pem = konn::core::tls::read_pem(dir.file("bundle.crt"));
+    c.cert_pem = konn::core::tls::read_pem(dir.file("leaf.crt"));
+    c.key_pem = konn::core::tls::read_pem(dir.file("leaf.key"));
     CHECK(chain_names(*make_client_context(c)) == std::vector<std::string>{"test-intermediate"});
   }
   SECTION("a file with its own chain is sent as it is") {
