@@ -175,16 +175,16 @@ bool data_packet(const Packet& p) {
 }  // namespace
 
 FramedPacket frame_packet(const Packet& p) {
+  const size_t size = p.ByteSizeLong();
   if (data_packet(p)) {
     std::string head = serialize_data_head(p.type(), static_cast<uint64_t>(p.data().connectid()),
                                            p.data().data().size());
     // The head and the payload are the whole message unless it holds more (an error, or fields
     // unknown here, which protobuf-lite keeps and counts): those are serialised as they are.
-    if (head.size() - h2::kGrpcPrefixBytes + p.data().data().size() == p.ByteSizeLong()) {
+    if (head.size() - h2::kGrpcPrefixBytes + p.data().data().size() == size) {
       return {std::move(head), p.data().data()};
     }
   }
-  const size_t size = p.ByteSizeLong();
   std::string framed(h2::kGrpcPrefixBytes + size, '\0');
   p.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(framed.data()) +
                                     h2::kGrpcPrefixBytes);
