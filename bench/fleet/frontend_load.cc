@@ -79,7 +79,10 @@ struct FrontendLoad::Impl {
     auto conn = h2::Connection::create(h2::Connection::Role::Client,
                                        std::make_unique<h2::UnixTransport>(std::move(s)), o);
     conn->start();
-    if (conns.size() <= c) conns.resize(c + 1), conn_over.resize(c + 1);
+    if (conns.size() <= c) {
+      conns.resize(c + 1);
+      conn_over.resize(c + 1);
+    }
     conns[c] = conn;
     if (result) ++result->connections;
     return conn;
